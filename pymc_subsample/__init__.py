@@ -1,0 +1,13 @@
+"""pymc_subsample: subsampling MCMC for PyMC models on tall data.
+
+Flow: model (tall model, rows on demand) -> control variates -> estimators ->
+kernels -> step methods -> diagnostics. Importing this package changes no global
+state (it does not register step methods with PyMC).
+"""
+
+from pymc_subsample import datasets
+from pymc_subsample.control_variates import TaylorProxy, find_map
+from pymc_subsample.model import TallModel
+
+__all__ = ["TallModel", "TaylorProxy", "datasets", "find_map"]
+__version__ = "0.1.0"

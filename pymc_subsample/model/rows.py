@@ -1,0 +1,120 @@
+"""Row data of a tall model: which graph leaves are indexed by the observation axis.
+
+A *row leaf* is a constant or ``pm.Data`` container whose leading axis is the
+observation axis of length N. Rewriting a graph so that every row leaf is
+replaced by a batch of its rows makes any per-observation quantity cost O(m)
+for m rows instead of O(N) (DESIGN step 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import graph_inputs
+
+__all__ = ["RowLeaf", "find_row_leaves", "find_size_constants", "substitute_rows"]
+
+
+@dataclass(frozen=True)
+class RowLeaf:
+    """One data array of the model indexed by the observation axis.
+
+    Attributes
+    ----------
+    name : str
+        Name used in messages and as the key of user summaries.
+    variable : Variable
+        The constant or shared variable in the model's graph.
+    """
+
+    name: str
+    variable: Variable
+
+    @property
+    def data(self) -> np.ndarray:
+        """The full array (shared variables are read now, so ``pm.set_data`` is seen)."""
+        if isinstance(self.variable, SharedVariable):
+            return self.variable.get_value(borrow=True)
+        return self.variable.data
+
+    def batch_variable(self) -> Variable:
+        """A fresh symbolic input holding a batch of rows of this leaf."""
+        t = self.variable.type
+        return pt.tensor(dtype=t.dtype, shape=(None, *t.shape[1:]), name=f"{self.name}_rows")
+
+    def row_variable(self) -> Variable:
+        """A fresh symbolic input holding ONE row of this leaf (leading axis dropped)."""
+        t = self.variable.type
+        return pt.tensor(dtype=t.dtype, shape=t.shape[1:], name=f"{self.name}_row")
+
+
+def _leaf_value(var) -> np.ndarray | None:
+    if isinstance(var, SharedVariable):
+        return np.asarray(var.get_value(borrow=True))
+    if isinstance(var, Constant):
+        return np.asarray(var.data)
+    return None
+
+
+def find_row_leaves(outputs, n_rows: int) -> list[RowLeaf]:
+    """Constants and shared variables in ``outputs``' graph with leading length ``n_rows``."""
+    leaves = []
+    for var in graph_inputs(outputs):
+        if getattr(var.type, "ndim", 0) < 1:
+            continue
+        value = _leaf_value(var)
+        if value is None or value.ndim < 1 or value.shape[0] != n_rows:
+            continue
+        name = var.name or f"constant_{len(leaves)}"
+        leaves.append(RowLeaf(name=name, variable=var))
+    return leaves
+
+
+def find_size_constants(outputs, n_rows: int) -> list[Variable]:
+    """Integer shape constants (an RV's ``size`` or an ``Alloc`` shape) starting with N.
+
+    PyMC turns ``observed=`` numpy data into a literal ``size`` such as ``[N]``;
+    when rows are subsampled it must become ``[m]``.
+    """
+    found = []
+    for var in graph_inputs(outputs):
+        if not isinstance(var, Constant) or getattr(var.type, "ndim", None) != 1:
+            continue
+        if not str(var.type.dtype).startswith(("int", "uint")):
+            continue
+        value = np.asarray(var.data)
+        if 1 <= value.shape[0] <= 8 and value[0] == n_rows and n_rows > 1:
+            found.append(var)
+    return found
+
+
+def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic, *, single_row=False):
+    """Rewrite ``outputs`` to depend on ``row_inputs`` instead of the full row leaves.
+
+    Parameters
+    ----------
+    outputs : list of Variable
+    leaves : list of RowLeaf
+    row_inputs : list of Variable
+        Batch variables (leading axis m), or single rows when ``single_row``.
+    size_constants : list of Variable
+        Shape constants ``[N, ...]`` to rewrite to ``[m, ...]``.
+    n_rows_symbolic : Variable
+        Scalar number of rows m of the batch.
+    single_row : bool
+        Insert a leading axis of length 1 so the graph sees a batch of one row.
+    """
+    replace = {}
+    for leaf, new in zip(leaves, row_inputs):
+        replace[leaf.variable] = pt.expand_dims(new, 0) if single_row else new
+    for const in size_constants:
+        rest = pt.as_tensor_variable(np.asarray(const.data)[1:].astype(const.dtype))
+        head = pt.cast(pt.atleast_1d(n_rows_symbolic), const.dtype)
+        replace[const] = pt.concatenate([head, rest]) if rest.type.shape[0] else head
+    import pytensor
+
+    return pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)

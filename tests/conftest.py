@@ -1,0 +1,48 @@
+"""Shared fixtures: small tall models with known structure and the real-data path."""
+
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+import pytest
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(
+    not DATA.exists(), reason="../shared/data is not present (real data sets are only on developer/CI machines)"
+)
+
+
+def logistic_data(n=2000, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    beta = rng.normal(size=d)
+    y = (rng.random(n) < 1 / (1 + np.exp(-X @ beta))).astype(float)
+    return X, y
+
+
+def logistic_model(X, y, use_data=True, prior_sd=1.0):
+    with pm.Model() as model:
+        X_ = pm.Data("X", X) if use_data else X
+        beta = pm.Normal("beta", 0, prior_sd, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=X_ @ beta, observed=y)
+    return model
+
+
+def gaussian_linear_model(n=1000, d=3, sigma=0.5, seed=1, prior_sd=10.0):
+    """y = X beta + N(0, sigma²) with sigma known: the posterior is Gaussian and known."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + sigma * rng.normal(size=n)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, prior_sd, shape=d)
+        pm.Normal("y", mu=X_ @ beta, sigma=sigma, observed=y)
+    prec = X.T @ X / sigma**2 + np.eye(d) / prior_sd**2
+    cov = np.linalg.inv(prec)
+    mean = cov @ (X.T @ y / sigma**2)
+    return model, mean, cov
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261123)

@@ -1,0 +1,85 @@
+"""Bad input gets a clear error that says what to change."""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from conftest import logistic_data, logistic_model
+
+from pymc_subsample import TallModel, TaylorProxy
+from pymc_subsample.control_variates import check_proxy_order
+
+
+def test_no_observed_variables():
+    with pm.Model() as model:
+        pm.Normal("x", 0, 1)
+    with pytest.raises(ValueError, match="no observed variables"):
+        TallModel(model)
+
+
+def test_observed_variables_with_different_lengths():
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("a", mu, 1, observed=np.zeros(10))
+        pm.Normal("b", mu, 1, observed=np.zeros(12))
+    with pytest.raises(ValueError, match="different numbers of rows"):
+        TallModel(model)
+
+
+def test_observed_value_reducing_over_rows():
+    x = np.random.default_rng(0).normal(size=50)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu + pt.mean(pt.as_tensor(x) * mu), 1, observed=x)
+    with pytest.raises(ValueError, match="depends on other rows"):
+        TallModel(model)
+
+
+def test_free_variable_of_length_n():
+    with pm.Model() as model:
+        z = pm.Normal("z", 0, 1, shape=30)
+        pm.Normal("y", z, 1, observed=np.zeros(30))
+    with pytest.raises(ValueError, match="length N = 30"):
+        TallModel(model)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_infinite_data(bad):
+    X, y = logistic_data(100, 2)
+    X[5, 1] = bad  # pm.Data refuses NaN itself; a plain array reaches our check
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        TallModel(logistic_model(X, y, use_data=False))
+
+
+@pytest.mark.parametrize("m", [0, -3, 101, 2.5, True])
+def test_subsample_size_outside_range(m):
+    X, y = logistic_data(100, 2)
+    tall = TallModel(logistic_model(X, y))
+    with pytest.raises(ValueError, match="between 1 and the number of rows N = 100"):
+        tall.check_subsample_size(m)
+
+
+def test_proxy_order_three():
+    with pytest.raises(ValueError, match="proxy_order must be 0, 1 or 2"):
+        check_proxy_order(3)
+    X, y = logistic_data(100, 2)
+    with pytest.raises(ValueError, match="proxy_order must be 0, 1 or 2"):
+        TaylorProxy(TallModel(logistic_model(X, y)), np.zeros(2), order=3)
+
+
+def test_discrete_free_variable():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 3)
+        pm.Normal("y", k, 1, observed=np.zeros(20))
+    with pytest.raises(ValueError, match="discrete"):
+        TallModel(model)
+
+
+def test_prior_depending_on_rows():
+    x = np.arange(40.0)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Potential("pen", -pt.sum((pt.as_tensor(x) - mu) ** 2))
+        pm.Normal("y", mu, 1, observed=x)
+    with pytest.raises(ValueError, match="depends on the row data"):
+        TallModel(model)
