@@ -1,0 +1,94 @@
+"""Common machinery of the subsampling step methods.
+
+Each step method is a thin PyMC ``ArrayStepShared`` over kernels that are plain
+functions: it owns a :class:`TallModel`, the centre θ* and a :class:`TaylorProxy`,
+and keeps every piece of mutable per-chain state (tuning, the current subsample,
+counters) as fields of a ``@dataclass_state`` class, so PyMC resets it between
+chains sampled in sequence and tuning never leaks from one chain to the next.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.state import dataclass_state
+
+from pymc_subsample.control_variates.center import find_map_theta
+from pymc_subsample.control_variates.taylor import TaylorProxy, check_proxy_order
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.tall import TallModel
+
+__all__ = ["SubsampleStepState", "SubsampleStep", "resolve_center", "warn_poor"]
+
+
+@dataclass_state
+class SubsampleStepState(StepMethodState):
+    """Fields every subsampling step carries; subclasses add theirs."""
+
+    tune: bool
+
+
+class SubsampleStep(ArrayStepShared):
+    """Base class: model → tall model → centre → Taylor proxy, plus PyMC plumbing.
+
+    Parameters
+    ----------
+    vars : list, optional
+        Must be all of the model's free variables (or None).
+    model : pm.Model, optional
+    center : dict, array or None
+        θ* of the control variates: a point (dict of value variables), a flat
+        unconstrained vector, or None to compute the full-data MAP with ``pms.find_map``.
+    proxy_order : {0, 1, 2}
+    chunk_size : int
+        Rows per chunk of the full-data passes at set-up.
+    rng : seed or Generator, optional
+        Set by ``pm.sample`` from ``random_seed`` for each chain.
+    """
+
+    is_exact: bool = False
+    _state_class = SubsampleStepState
+
+    def __init__(self, vars=None, *, model=None, center=None, proxy_order=2,
+                 chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None):
+        model = pm.modelcontext(model)
+        self.tall = TallModel(model, vars)
+        self.proxy = TaylorProxy(
+            self.tall, resolve_center(self.tall, center, chunk_size),
+            order=check_proxy_order(proxy_order), chunk_size=chunk_size,
+        )
+        self.tune = True
+        super().__init__(self.tall.value_vars, shared={}, rng=rng)
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Never chosen automatically: subsampling changes the target, so it is opt-in."""
+        return Competence.INCOMPATIBLE
+
+    def stop_tuning(self):
+        self.tune = False
+
+
+def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:
+    """θ* as a flat vector from a point, a vector, or None (full-data MAP)."""
+    if center is None:
+        theta, _ = find_map_theta(tall, chunk_size=chunk_size)
+        return theta
+    if isinstance(center, dict):
+        return tall.point_to_theta({**tall.initial_point, **center})
+    theta = np.asarray(center, dtype=float)
+    if theta.shape != (tall.ndim,):
+        raise ValueError(
+            f"center must be a point (dict of value variables) or a vector of length {tall.ndim}; "
+            f"got shape {theta.shape}."
+        )
+    return theta
+
+
+def warn_poor(message: str):
+    """A diagnostic that looks poor warns; it never stops the user's run."""
+    warnings.warn(message, UserWarning, stacklevel=3)
