@@ -106,6 +106,21 @@ class TaylorProxy:
             grad = grad + hv
         return value, grad
 
+    def rows_loglik_and_proxy(self, theta, terms: RowProxyTerms, batch):
+        """ℓ_k(θ), ∇ℓ_k(θ), q_k(θ), ∇q_k(θ) for the rows of ``batch`` in one compiled call."""
+        v = np.asarray(theta) - self.center
+        out = self.tall.rows_with_proxy_terms(theta, self.center, batch, self.order)
+        loglik, loglik_grads = out[0], out[1]
+        if self.order == 0:
+            return loglik, loglik_grads, terms.loglik, 0.0
+        q = terms.loglik + terms.grad @ v
+        q_grads = terms.grad
+        if self.order == 2:
+            hv = out[2]
+            q = q + 0.5 * (hv @ v)
+            q_grads = q_grads + hv
+        return loglik, loglik_grads, q, q_grads
+
     def rows_value(self, theta, terms: RowProxyTerms, batch):
         """q_k(θ) only (what gradient-free kernels need)."""
         return self.rows_value_and_grad(theta, terms, batch)[0]

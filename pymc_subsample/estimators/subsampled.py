@@ -20,8 +20,7 @@ def perturbed_value(tall, proxy, subsample, theta):
 
 def perturbed_value_and_grad(tall, proxy, subsample, theta):
     """Perturbed log-likelihood, its exact gradient in θ, and σ̂²."""
-    loglik, loglik_grads = tall.loglik_rows_and_grads(theta, subsample.batch)
-    q, q_grads = proxy.rows_value_and_grad(theta, subsample.terms, subsample.batch)
+    loglik, loglik_grads, q, q_grads = proxy.rows_loglik_and_proxy(theta, subsample.terms, subsample.batch)
     sum_q, sum_q_grad = proxy.sum_value_and_grad(theta)
     value, weights, sigma2 = perturbed_loglik(np.asarray(loglik) - q, tall.n_rows, sum_q)
     grad = combine_gradient(sum_q_grad, weights, loglik_grads, q_grads)

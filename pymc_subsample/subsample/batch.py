@@ -26,8 +26,10 @@ class Subsample:
 
     @classmethod
     def gather(cls, tall, proxy, idx) -> Subsample:
-        idx = np.asarray(idx)
+        idx = np.asarray(idx, dtype=int)
         batch = tall.gather(idx)
+        if idx.size == 0:  # the block-Poisson estimator may draw no mini-batch at all
+            return cls(idx=idx, batch=batch, terms=RowProxyTerms(np.zeros(0), np.zeros((0, tall.ndim))))
         return cls(idx=idx, batch=batch, terms=proxy.row_terms(batch))
 
     @property

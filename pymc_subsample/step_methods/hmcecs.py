@@ -1,0 +1,289 @@
+"""HMC with energy-conserving subsampling (Dang, Quiroz, Kohn, Tran, Villani 2019; seed 004).
+
+One iteration (Algorithm 1) is a Gibbs sweep over (u, θ):
+
+1. u | θ: propose a new block of the subsample and accept it with the ratio of
+   estimated likelihoods (eq. 3.5), pseudo-marginal style;
+2. θ | u: one step of PyMC's own NUTS (or HMC) on the subsampled potential
+   −Û(θ) = log p(θ) + log L̂(θ; u), the same estimate in the dynamics and in the
+   acceptance (eqs. 3.6-3.7).
+
+Estimators: ``"perturbed"`` uses L̂ = exp(ℓ̂ − σ̂²/2) (eq. 4.5) and targets a
+perturbed posterior within O(1/(n m²)) of the true one (eq. 4.6);
+``"signed"`` uses the unbiased block-Poisson estimator (eq. 5.1) on |L̂| and is
+simulation-consistent after weighting draws by the ``sign`` stat
+(:func:`pymc_subsample.diagnostics.sign_weighted`, eq. 5.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.step_methods.state import dataclass_state
+
+from pymc_subsample.kernels.potential import SubsampledPotential
+from pymc_subsample.kernels.subsample_update import (
+    accept_log_ratio,
+    draw_signed,
+    propose_block,
+    propose_signed_groups,
+)
+from pymc_subsample.kernels.tuning import (
+    choose_block_poisson,
+    choose_subsample_size,
+    laplace_draws,
+    pilot_differences,
+)
+from pymc_subsample.model.chunks import chunked_sum
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.subsample.batch import Subsample
+from pymc_subsample.subsample.indices import block_slices
+
+__all__ = ["HMCECS"]
+
+_CHECK_EVERY = 200  # post-tuning iterations between diagnostic checks
+
+
+@dataclass_state
+class HMCECSState(SubsampleStepState):
+    inner: Any
+    subsample: Any
+    current: Any
+    current_theta: Any
+    diagnostics: dict = field(default_factory=dict)
+    warned: set = field(default_factory=set)
+
+
+class HMCECS(SubsampleStep):
+    r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
+
+    Parameters
+    ----------
+    vars : list, optional
+        All free variables of the model (the default).
+    subsample_size : int or "auto"
+        m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` at Laplace draws near the
+        centre (seed 004 §3.1); the choice is in ``self.subsample_size``. For
+        ``estimator="signed"`` it is the mini-batch size of each Poisson factor.
+    num_blocks : int
+        G: one of G blocks of u is refreshed per iteration (ρ ≈ 1 − 1/G, §3.3). For the
+        signed estimator max(1, round(λ/G)) of the λ groups are refreshed.
+    estimator : {"perturbed", "signed"}
+    proxy_order : {0, 1, 2}
+        Order of the Taylor control variates (eq. 4.4).
+    center : dict, array or None
+        θ*; None computes the full-data MAP with ``pms.find_map``.
+    inner : {"nuts", "hmc"}
+        PyMC's NUTS, or HMC with a fixed ``trajectory_length`` (default 1.2 on the
+        Laplace-whitened scale, §6.3) and jittered step size.
+    target_accept : float
+        Dual-averaging target of the inner sampler.
+    mass_matrix : {"laplace", "adapt"}
+        ``"laplace"``: the precision −(∇²log p(θ*) + Σ_k H_k(θ*)) at the centre;
+        ``"adapt"``: PyMC's diagonal adaptation during tuning.
+    target_variance : float
+        Target of σ̂² (perturbed, ``subsample_size="auto"``) or of Var log|L̂| (signed).
+    **kwargs
+        ``rng``, ``initial_point``, ``chunk_size``; others go to the inner NUTS/HMC.
+
+    Notes
+    -----
+    ``is_exact`` is False for ``"perturbed"`` (bias O(1/(n m²)), eq. 4.6) and True for
+    ``"signed"`` after sign weighting.
+    """
+
+    name = "hmcecs"
+    _state_class = HMCECSState
+    stats_dtypes_shapes = {
+        "diverging": (bool, []),
+        "energy": (np.float64, []),
+        "energy_error": (np.float64, []),
+        "max_energy_error": (np.float64, []),
+        "step_size": (np.float64, []),
+        "step_size_bar": (np.float64, []),
+        "acceptance_rate": (np.float64, []),
+        "n_steps": (np.int64, []),
+        "tree_depth": (np.int64, []),
+        "perf_counter_diff": (np.float64, []),
+        "subsample_accept": (np.float64, []),
+        "loglik_var": (np.float64, []),
+        "n_loglik_evals": (np.int64, []),
+        "n_grad_evals": (np.int64, []),
+        "sign": (np.int64, []),
+    }
+    _INNER_STATS = {
+        "mean_tree_accept": "acceptance_rate",
+        "accept": "acceptance_rate",
+        "depth": "tree_depth",
+        "tree_size": "n_steps",
+    }
+
+    def __init__(self, vars=None, *, subsample_size=1000, num_blocks=100, estimator="perturbed",
+                 proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=0.8,
+                 mass_matrix="laplace", model=None, target_variance=1.0, **kwargs):
+        _check_choice("estimator", estimator, ("perturbed", "signed"))
+        _check_choice("inner", inner, ("nuts", "hmc"))
+        _check_choice("mass_matrix", mass_matrix, ("laplace", "adapt"))
+        base_kwargs = {k: kwargs.pop(k) for k in ("rng", "initial_point", "chunk_size") if k in kwargs}
+        super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
+        self.estimator = estimator
+        self.is_exact = estimator == "signed"
+        self.target_variance = float(target_variance)
+        precision = self._laplace_precision(base_kwargs.get("chunk_size"))
+        self._configure_subsampling(subsample_size, num_blocks, precision)
+        self.inner = self._make_inner(inner, precision if mass_matrix == "laplace" else None,
+                                      trajectory_length, target_accept, kwargs)
+        self.subsample = self._draw_subsample()
+        self.current = None
+        self.current_theta = None
+        self.diagnostics = {}
+        self.warned = set()
+
+    # ------------------------------------------------------------------ set-up
+    def _laplace_precision(self, chunk_size):
+        hess = self.proxy.hess_sum
+        if self.proxy.order < 2:
+            kw = {} if chunk_size is None else {"chunk_size": chunk_size}
+            _, _, hess = chunked_sum(self.tall, self.tall.loglik_sum_value_grad_hessian, self.proxy.center, **kw)
+        precision = -(self.tall.prior_hessian(self.proxy.center) + hess)
+        try:
+            np.linalg.cholesky(precision)
+        except np.linalg.LinAlgError:
+            warn_poor("The Hessian at the centre is not negative definite; using the identity as mass "
+                      "matrix. Pass a better `center` or mass_matrix='adapt'.")
+            precision = np.eye(self.tall.ndim)
+        return precision
+
+    def _configure_subsampling(self, subsample_size, num_blocks, precision):
+        n = self.tall.n_rows
+        pilot_needed = subsample_size == "auto" or self.estimator == "signed"
+        if pilot_needed:
+            thetas = laplace_draws(self.rng, self.proxy.center, precision, 20)
+            mean_d, var_d = pilot_differences(self.rng, self.tall, self.proxy, thetas, min(n, 2000))
+        if subsample_size == "auto":
+            subsample_size = choose_subsample_size(n, var_d, self.target_variance)
+        self.subsample_size = self.tall.check_subsample_size(subsample_size)
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
+            raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
+        self.num_blocks = int(min(num_blocks, self.subsample_size))
+        self._blocks = block_slices(self.subsample_size, self.num_blocks)
+        lam, a = 1, 0.0
+        if self.estimator == "signed":
+            lam, a, self.expected_loglik_var, self.prob_negative = choose_block_poisson(
+                n, self.subsample_size, mean_d, var_d, self.target_variance
+            )
+            self._kappa = max(1, int(round(lam / self.num_blocks)))
+        self.lam, self.a = lam, a
+        self.potential = SubsampledPotential(self.tall, self.proxy, self.estimator, a=a, lam=lam)
+
+    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
+        kwargs = dict(kwargs)
+        if precision is not None:
+            kwargs["scaling"] = precision
+            kwargs["is_cov"] = False
+        kwargs.update(vars=self.tall.value_vars, model=self.tall.model, logp_dlogp_func=self.potential,
+                      target_accept=target_accept, rng=self.rng.spawn(1)[0])
+        if inner == "hmc":
+            return pm.HamiltonianMC(path_length=1.2 if trajectory_length is None else trajectory_length,
+                                    **kwargs)
+        return pm.NUTS(**kwargs)
+
+    def _draw_subsample(self):
+        if self.estimator == "signed":
+            return draw_signed(self.rng, self.tall, self.proxy, self.lam, self.subsample_size)
+        idx = self.rng.integers(0, self.tall.n_rows, size=self.subsample_size)
+        return Subsample.gather(self.tall, self.proxy, idx)
+
+    def _propose_subsample(self):
+        if self.estimator == "signed":
+            return propose_signed_groups(self.rng, self.tall, self.proxy, self.subsample, self._kappa)
+        return propose_block(self.rng, self.tall, self.proxy, self.subsample, self._blocks)
+
+    # -------------------------------------------------------------- sampling
+    def astep(self, q0):
+        evaluated_before = self.potential.n_rows_evaluated
+        theta = q0.data
+        if self.current is None or not np.array_equal(self.current_theta, theta):
+            self.current = self.potential.estimate(theta, self.subsample)
+        # 1. u | θ (eq. 3.5)
+        proposal = self._propose_subsample()
+        proposed = self.potential.estimate(theta, proposal)
+        accepted, subsample_accept = accept_log_ratio(self.rng, proposed.value - self.current.value)
+        if accepted:
+            self.subsample, self.current = proposal, proposed
+        # 2. θ | u: PyMC's NUTS/HMC on the subsampled Hamiltonian (eqs. 3.6-3.7)
+        self.potential.subsample = self.subsample
+        before_inner = self.potential.n_rows_evaluated
+        q_new, (inner_stats,) = self.inner.astep(q0)
+        grad_rows = self.potential.n_rows_evaluated - before_inner
+        self.current = self.potential.estimate(q_new.data, self.subsample)
+        self.current_theta = np.array(q_new.data, copy=True)
+        stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
+        stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats.setdefault("tree_depth", 0)
+        stats.update(
+            subsample_accept=subsample_accept,
+            loglik_var=self.current.loglik_var,
+            n_loglik_evals=self.potential.n_rows_evaluated - evaluated_before,
+            n_grad_evals=grad_rows,
+            sign=self.current.sign,
+        )
+        if not self.tune:
+            self._track(stats)
+        return q_new, [stats]
+
+    # ------------------------------------------------------ tuning and checks
+    def stop_tuning(self):
+        super().stop_tuning()
+        self.inner.stop_tuning()
+
+    def reset_tuning(self):
+        self.inner.reset_tuning()
+        self.tune = True
+
+    def set_rng(self, rng):
+        super().set_rng(rng)
+        self.inner.set_rng(self.rng.spawn(1)[0])
+
+    def _track(self, stats):
+        diag = self.diagnostics
+        diag["n"] = diag.get("n", 0) + 1
+        for key in ("subsample_accept", "loglik_var", "sign"):
+            diag[key] = diag.get(key, 0.0) + float(stats[key])
+        if diag["n"] % _CHECK_EVERY == 0:
+            self.check_diagnostics()
+
+    def check_diagnostics(self):
+        """Warn (once per chain) when the post-tuning diagnostics look poor; never raises."""
+        n = self.diagnostics.get("n", 0)
+        if n == 0:
+            return
+        mean_var = self.diagnostics["loglik_var"] / n
+        accept = self.diagnostics["subsample_accept"] / n
+        positive = 0.5 * (1 + self.diagnostics["sign"] / n)
+        checks = [
+            ("variance", mean_var > 3 * max(self.target_variance, 1.0),
+             f"HMCECS: the log-likelihood estimator's variance σ̂² averages {mean_var:.3g}, far above "
+             f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
+             "Increase subsample_size (or use subsample_size='auto'), use proxy_order=2, or pass a "
+             "center closer to the posterior mode."),
+            ("accept", accept < 0.05,
+             f"HMCECS: only {100 * accept:.1f}% of subsample updates were accepted; the chain on u "
+             "is sticky. Increase num_blocks (more correlated proposals) or subsample_size."),
+            ("sign", self.estimator == "signed" and positive < 0.6,
+             f"HMCECS: only {100 * positive:.0f}% of signed likelihood estimates were positive; "
+             "sign-weighted estimates will be very noisy. Increase subsample_size or target a "
+             "smaller target_variance."),
+        ]
+        for key, bad, message in checks:
+            if bad and key not in self.warned:
+                self.warned.add(key)
+                warn_poor(message)
+
+
+def _check_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}; got {value!r}.")
