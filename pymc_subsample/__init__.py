@@ -7,7 +7,9 @@ state (it does not register step methods with PyMC).
 
 from pymc_subsample import datasets
 from pymc_subsample.control_variates import TaylorProxy, find_map
+from pymc_subsample.diagnostics import Comparison, compare, sign_weighted
 from pymc_subsample.model import TallModel
+from pymc_subsample.step_methods.hmcecs import HMCECS
 
-__all__ = ["TallModel", "TaylorProxy", "datasets", "find_map"]
+__all__ = ["HMCECS", "Comparison", "TallModel", "TaylorProxy", "compare", "datasets", "find_map", "sign_weighted"]
 __version__ = "0.1.0"

@@ -87,7 +87,7 @@ class TallModel:
             [self._loglik_rows], self.leaves, self.batch_inputs, self._size_constants, m
         )
         try:
-            self._rows_loglik, self._rows_grad, self._rows_hess = self._vectorised_row_derivatives()
+            self._rows_loglik, self._rows_grad = self._vectorised_row_derivatives()
             self.per_row_derivatives = "vectorised"
         except (NotImplementedError, TypeError, ValueError) as err:
             # Some ops (advanced indexing by a row of indices, e.g. a[group]) cannot be
@@ -102,9 +102,6 @@ class TallModel:
             )
             self._rows_loglik = self._batch_loglik
             self._rows_grad = pytensor.gradient.jacobian(self._batch_loglik, self.theta)
-            self._rows_hess = pytensor.gradient.jacobian(self._rows_grad.flatten(), self.theta).reshape(
-                (self._rows_grad.shape[0], self.ndim, self.ndim)
-            )
             self.per_row_derivatives = "jacobian"
         self.direction = pt.vector("direction", dtype=self.theta.dtype)
         # H_k v for every row by forward mode on the vectorised per-row gradients: O(m d).
@@ -112,16 +109,26 @@ class TallModel:
         self._rows_hvp = pytensor.gradient.Rop(self._rows_grad, self.theta, self.direction)
 
     def _vectorised_row_derivatives(self):
-        """ℓ_k, ∇ℓ_k, H_k from the graph of ONE row, vectorised over the batch (DESIGN step 3)."""
+        """ℓ_k and ∇ℓ_k from the graph of ONE row, vectorised over the batch (DESIGN step 3)."""
         rows = [leaf.row_variable() for leaf in self.leaves]
         (row_loglik,) = substitute_rows(
             [self._loglik_rows], self.leaves, rows, self._size_constants, 1, single_row=True
         )
         row_loglik = pt.sum(row_loglik)
         row_grad = pytensor.grad(row_loglik, self.theta)
-        row_hess = pytensor.gradient.jacobian(row_grad, self.theta, vectorize=True)
         replace = dict(zip(rows, self.batch_inputs))
-        return vectorize_graph([row_loglik, row_grad, row_hess], replace=replace)
+        self._row_graph = (rows, row_grad, replace)  # kept to build per-row Hessians on demand
+        return vectorize_graph([row_loglik, row_grad], replace=replace)
+
+    def _rows_hessian_graph(self):
+        """Per-row Hessians (m, d, d), built only when a full-data Σ H_k pass needs them."""
+        if self.per_row_derivatives == "vectorised":
+            _, row_grad, replace = self._row_graph
+            row_hess = pytensor.gradient.jacobian(row_grad, self.theta, vectorize=True)
+            return vectorize_graph(row_hess, replace=replace)
+        return pytensor.gradient.jacobian(self._rows_grad.flatten(), self.theta).reshape(
+            (self._rows_grad.shape[0], self.ndim, self.ndim)
+        )
 
     def _compile(self, key, build):
         """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily."""
@@ -160,10 +167,8 @@ class TallModel:
 
     def rows_hessian_vector(self, theta, direction, batch):
         """Per-row H_k(theta) v, shape (m, d), without forming the m x d x d Hessians."""
-        fn = self._compile(
-            "rows_hvp", lambda: ([self.theta, self.direction, *self.batch_inputs], self._rows_hvp)
-        )
-        return fn(_as_theta(theta, self.theta.dtype), _as_theta(direction, self.theta.dtype), *batch)
+        theta = _as_theta(theta, self.theta.dtype)
+        return self.rows_with_proxy_terms(theta + direction, theta, batch, order=2)[2]
 
     def rows_with_proxy_terms(self, theta, center, batch, order):
         """One compiled call: ℓ_k(θ) (m,), ∇ℓ_k(θ) (m, d), and H_k(θ*)(θ − θ*) (m, d) if order 2.
@@ -174,7 +179,9 @@ class TallModel:
         if key not in self._functions:
             center_var = self.theta.type(name="center")
             outputs = [self._rows_loglik, self._rows_grad]
-            if order == 2:
+            if order != 2:
+                return self.loglik_rows_and_grads(theta, batch)
+            else:
                 hvp = pytensor.graph_replace(
                     self._rows_hvp,
                     {self.direction: self.theta - center_var, self.theta: center_var},
@@ -187,7 +194,9 @@ class TallModel:
 
     def rows_hessians(self, theta, batch):
         """Per-row Hessians H_k(theta), shape (m, d, d) (for tests and small d)."""
-        fn = self._compile("rows_hess", lambda: ([self.theta, *self.batch_inputs], self._rows_hess))
+        fn = self._compile(
+            "rows_hess", lambda: ([self.theta, *self.batch_inputs], self._rows_hessian_graph())
+        )
         return fn(_as_theta(theta, self.theta.dtype), *batch)
 
     def loglik_sum_value_and_grad(self, theta, batch):
@@ -211,7 +220,7 @@ class TallModel:
             sums = [
                 pt.sum(self._rows_loglik),
                 pt.sum(self._rows_grad, axis=0),
-                pt.sum(self._rows_hess, axis=0),
+                pt.sum(self._rows_hessian_graph(), axis=0),
             ]
             return [self.theta, *self.batch_inputs], sums
 

@@ -17,7 +17,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.control_variates.center import find_map_theta
+from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.control_variates.taylor import TaylorProxy, check_proxy_order
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
@@ -76,8 +76,7 @@ class SubsampleStep(ArrayStepShared):
 def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:
     """θ* as a flat vector from a point, a vector, or None (full-data MAP)."""
     if center is None:
-        theta, _ = find_map_theta(tall, chunk_size=chunk_size)
-        return theta
+        return find_center(tall, chunk_size=chunk_size)
     if isinstance(center, dict):
         return tall.point_to_theta({**tall.initial_point, **center})
     theta = np.asarray(center, dtype=float)

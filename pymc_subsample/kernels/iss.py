@@ -1,0 +1,197 @@
+"""Kernels of informed sub-sampling MCMC (Maire, Friel & Alquier; seed 002, "ISS-MCMC").
+
+One ISS iteration updates the pair (U, θ):
+
+1. *Subset update* — propose U' by swapping r rows of U for r rows outside U
+   (a symmetric proposal R), accept with probability
+   1 ∧ exp{−ε(‖Δ_n(U')‖² − ‖Δ_n(U)‖²)}, i.e. a Metropolis step targeting
+   ν_{n,ε}(U) ∝ exp(−ε‖Δ_n(U)‖²) ("From sufficient statistics to summary statistics").
+2. *Parameter update* — one MH (or HMC) step for θ targeting the scaled sub-posterior
+   π̄_n(θ|Y_U) ∝ f(Y_U|θ)^{N/n} π(θ) ("Definition" of the scaled sub-posteriors).
+
+These are plain functions of NumPy arrays and callables; they know nothing of PyMC.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "adapt_log_epsilon",
+    "dual_average_init",
+    "dual_average_update",
+    "hmc_step",
+    "initial_epsilon",
+    "propose_swap",
+    "resolve_subset_size",
+    "resolve_swap_size",
+    "rw_mh_step",
+    "subset_log_accept",
+]
+
+
+def resolve_subset_size(subset_size, n_rows: int) -> int:
+    """n from "sqrt" (n = ⌈√N⌉, the slides' n ∝ N^{1/2}, "Implementing ISS-MCMC") or an int."""
+    if isinstance(subset_size, str) and subset_size == "sqrt":
+        return max(1, min(n_rows, math.ceil(math.sqrt(n_rows))))
+    if isinstance(subset_size, bool) or not isinstance(subset_size, (int, np.integer)) or not (
+        1 <= subset_size <= n_rows
+    ):
+        raise ValueError(
+            f"subset_size must be 'sqrt' or an integer between 1 and the number of rows N = {n_rows}; "
+            f"got {subset_size!r}."
+        )
+    return int(subset_size)
+
+
+def resolve_swap_size(swap_size, n: int, n_rows: int) -> int:
+    """Rows exchanged per subset proposal: default max(1, n // 100), i.e. 1% of the subset.
+
+    Small swaps keep ‖Δ_n(U')‖² close to ‖Δ_n(U)‖², so a large ε still accepts some
+    moves; 1% also makes a refreshed subset differ from the last one by ~1% of its rows.
+    """
+    outside = n_rows - n
+    if swap_size is None:
+        return max(1, n // 100) if outside > 0 else 0
+    if isinstance(swap_size, bool) or not isinstance(swap_size, (int, np.integer)) or not (
+        1 <= swap_size <= max(1, min(n, outside))
+    ):
+        raise ValueError(
+            f"swap_size must be an integer between 1 and min(n, N - n) = {min(n, outside)}; "
+            f"got {swap_size!r}."
+        )
+    return int(swap_size) if outside > 0 else 0
+
+
+def propose_swap(rng, member, n: int, swap_size: int):
+    """Positions of U to replace and the rows to put there (symmetric proposal R).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    member : ndarray of bool, shape (N,)
+        Membership mask of the current subset (O(1) look-ups; the proposal costs
+        O(swap_size) expected when n ≪ N, never O(N)).
+    n : int
+        Subset size.
+    swap_size : int
+
+    Returns
+    -------
+    positions : ndarray of int, shape (r,)
+        Distinct positions in the subset's index vector, uniform.
+    rows : ndarray of int, shape (r,)
+        Distinct rows outside U, uniform. Both choices are uniform, so R(U, U') = R(U', U).
+    """
+    positions = rng.choice(n, size=swap_size, replace=False)
+    n_rows = member.shape[0]
+    rows = np.empty(0, dtype=np.int64)
+    while rows.size < swap_size:
+        # rejection from the complement: expected N / (N - n) draws per row
+        cand = rng.integers(0, n_rows, size=2 * (swap_size - rows.size) + 2)
+        cand = cand[~member[cand]]
+        rows = np.concatenate([rows, cand])
+        _, first = np.unique(rows, return_index=True)
+        rows = rows[np.sort(first)]
+    return positions, rows[:swap_size]
+
+
+def subset_log_accept(epsilon: float, delta_sq: float, new_delta_sq: float) -> float:
+    """log of the subset acceptance ratio exp{−ε(‖Δ(U')‖² − ‖Δ(U)‖²)} (0 when ε = 0)."""
+    if epsilon == 0.0:
+        return 0.0
+    return -epsilon * (new_delta_sq - delta_sq)
+
+
+def initial_epsilon(delta_sq: float) -> float:
+    """ε₀ = 1 / ‖Δ(U₀)‖² for a uniform U₀: a typical uniform subset has weight e^{-1}."""
+    return 1.0 / max(float(delta_sq), 1e-300)
+
+
+def adapt_log_epsilon(log_eps: float, accepted: bool, target: float, t: int, rate: float = 2.0) -> float:
+    """Robbins–Monro step on log ε towards a subset refresh rate ``target``.
+
+    A refresh makes ε larger (more selective), a rejection smaller; the step
+    ``rate / (t + 1)^0.6`` decays so ε settles, while Σ steps diverges so ε can move
+    by orders of magnitude from ε₀ during tuning.
+    """
+    return log_eps + rate * (float(accepted) - target) / (t + 1.0) ** 0.6
+
+
+# ---------------------------------------------------------------- θ update
+def rw_mh_step(rng, theta, logp, logp_fn, chol, scale):
+    """Random-walk MH with a Laplace-shaped proposal θ' = θ + scale · L z.
+
+    ``L`` is the Cholesky factor of the inverse negative Hessian of a scaled
+    sub-posterior at its mode (the "Laplace-informed" proposal): the slides'
+    step 2 of ISS-MCMC with a symmetric Q, so the Q terms cancel.
+
+    Returns
+    -------
+    theta, logp, accept_prob, accepted
+    """
+    prop = theta + scale * (chol @ rng.standard_normal(theta.shape[0]))
+    logp_prop = float(logp_fn(prop))
+    log_a = logp_prop - logp if np.isfinite(logp_prop) else -np.inf
+    prob = float(min(1.0, math.exp(min(log_a, 0.0)))) if np.isfinite(log_a) else 0.0
+    if np.log(rng.random()) < log_a:
+        return prop, logp_prop, prob, True
+    return theta, logp, prob, False
+
+
+def hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol, max_energy_error=1000.0):
+    """One HMC transition (leapfrog, Gaussian momentum with covariance M = (L Lᵀ)⁻¹).
+
+    Working in the whitened coordinates x = L⁻¹θ makes the mass matrix the identity:
+    the gradient in x is Lᵀ ∇θ. ``n_steps`` is jittered uniformly in [⌈n/2⌉, n] to
+    avoid periodic orbits.
+
+    Returns
+    -------
+    theta, logp, grad, accept_prob, diverging, n_grad
+    """
+    steps = int(rng.integers(max(1, (n_steps + 1) // 2), n_steps + 1))
+    p0 = rng.standard_normal(theta.shape[0])
+    p = p0 + 0.5 * step_size * (chol.T @ grad)
+    x_theta, g, lp = theta.copy(), grad, logp
+    n_grad = 0
+    diverging = False
+    for i in range(steps):
+        x_theta = x_theta + step_size * (chol @ p)
+        lp, g = logp_grad_fn(x_theta)
+        lp = float(lp)
+        n_grad += 1
+        if not np.isfinite(lp):
+            diverging = True
+            break
+        if i < steps - 1:
+            p = p + step_size * (chol.T @ g)
+    if diverging:
+        return theta, logp, grad, 0.0, True, n_grad
+    p = p + 0.5 * step_size * (chol.T @ g)
+    energy_change = (lp - 0.5 * p @ p) - (logp - 0.5 * p0 @ p0)
+    if not np.isfinite(energy_change) or energy_change < -max_energy_error:
+        return theta, logp, grad, 0.0, True, n_grad
+    prob = float(min(1.0, math.exp(min(energy_change, 0.0))))
+    if rng.random() < prob:
+        return x_theta, lp, np.asarray(g, dtype=float), prob, False, n_grad
+    return theta, logp, grad, prob, False, n_grad
+
+
+def dual_average_init(step_size: float) -> dict:
+    """State of Nesterov dual averaging (Hoffman & Gelman 2014, as in PyMC's NUTS)."""
+    return {"log_step": math.log(step_size), "log_bar": 0.0, "h_bar": 0.0,
+            "mu": math.log(10.0 * step_size), "t": 0}
+
+
+def dual_average_update(da: dict, accept_prob: float, target: float,
+                        gamma=0.05, t0=10.0, kappa=0.75) -> dict:
+    """One dual-averaging update of the log step size towards ``target`` acceptance."""
+    t = da["t"] + 1
+    h_bar = (1 - 1 / (t + t0)) * da["h_bar"] + (target - accept_prob) / (t + t0)
+    log_step = da["mu"] - math.sqrt(t) / gamma * h_bar
+    eta = t ** (-kappa)
+    log_bar = eta * log_step + (1 - eta) * da["log_bar"]
+    return {"log_step": log_step, "log_bar": log_bar, "h_bar": h_bar, "mu": da["mu"], "t": t}

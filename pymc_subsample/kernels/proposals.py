@@ -1,0 +1,45 @@
+"""Gaussian random-walk proposals for subsampled MH and their scale adaptation (plain NumPy)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["adapt_log_scale", "laplace_cholesky", "random_walk_proposal"]
+
+
+def laplace_cholesky(precision):
+    """Cholesky factor L of Σ = precision⁻¹ (LLᵀ = Σ) for the Laplace proposal.
+
+    The Laplace precision −(∇²log p(θ*) + Σ_k H_k(θ*)) must be positive definite at
+    the centre; if it is not (the centre is not a mode), a ValueError says what to change.
+    """
+    precision = 0.5 * (np.asarray(precision, float) + np.asarray(precision, float).T)
+    try:
+        chol_prec = np.linalg.cholesky(precision)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            "The Laplace precision −(prior Hessian + Σ_k H_k) at the centre is not positive "
+            "definite, so proposal='laplace' has no covariance. Pass center=None (the full-data "
+            "MAP) or a mode, or use proposal='random-walk' with an explicit scale."
+        ) from None
+    # Σ = (C Cᵀ)⁻¹ = C⁻ᵀ C⁻¹, so L = C⁻ᵀ satisfies L Lᵀ = Σ.
+    return np.linalg.inv(chol_prec).T
+
+
+def random_walk_proposal(rng, theta, scale, chol=None):
+    """θ' = θ + scale · L z, z ~ N(0, I) (L = I for the isotropic random walk): symmetric."""
+    z = rng.standard_normal(theta.shape[0])
+    step = chol @ z if chol is not None else z
+    return theta + scale * step
+
+
+def adapt_log_scale(log_scale, accepted, iteration, target, *, rate=0.6):
+    """Robbins-Monro step log s ← log s + (a − target)/(t + 1)^rate, during tuning only.
+
+    ``accepted`` is the 0/1 decision (sequential tests give no acceptance probability).
+    The step sizes are summable in square and not in sum (rate in (0.5, 1]), so the
+    scale settles; it is frozen when tuning stops, which keeps the chain Markov.
+    """
+    return log_scale + (float(accepted) - target) / math.pow(iteration + 1.0, rate)

@@ -1,0 +1,346 @@
+"""Stochastic-gradient step methods: SGLD, SGHMC and SGFS/OSGFS.
+
+Thin PyMC step methods over :mod:`pymc_subsample.kernels.sg_dynamics` and
+:class:`pymc_subsample.estimators.sg_gradients.SGGradient`. None of them has an
+accept/reject step, so none is exact (``is_exact = False``): each targets an
+approximation whose bias grows with the step size and the gradient noise.
+Every piece of per-chain mutable state (iteration counter, SAGA table, running
+Fisher estimate, convergence window) lives in the ``@dataclass_state`` classes,
+so ``pm.sample`` restarts each chain from the same state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pymc.blocking import RaveledVars
+from pymc.step_methods.state import dataclass_state
+
+from pymc_subsample.estimators.sg_gradients import SGGradient, estimator_covariance
+from pymc_subsample.kernels import sg_dynamics as dyn
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+
+__all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
+
+_STATS = {
+    "n_grad_evals": (np.int64, []),
+    "step_size": (np.float64, []),
+    "grad_var": (np.float64, []),
+}
+
+
+def _positive(value, name, integer=False):
+    ok = not isinstance(value, bool) and (isinstance(value, (int, np.integer)) if integer else
+                                          isinstance(value, (int, float, np.number)))
+    if not ok or not np.isfinite(value) or value <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise ValueError(f"{name} must be {kind}; got {value!r}.")
+    return int(value) if integer else float(value)
+
+
+def _schedule(step_size, schedule):
+    """Map iteration t to ε_t.
+
+    None/"constant": ε; ("polynomial", a, b, γ): a (b + t)^-γ (Welling & Teh); or a callable.
+    """
+    if schedule is None or (isinstance(schedule, str) and schedule == "constant"):
+        if step_size is None:
+            raise ValueError(
+                "step_size is required (a positive number), unless schedule gives the step sizes."
+            )
+        eps = _positive(step_size, "step_size")
+        return lambda t: eps
+    if callable(schedule):
+        return schedule
+    if isinstance(schedule, tuple) and len(schedule) == 4 and schedule[0] == "polynomial":
+        a, b, gamma = (_positive(v, n) for v, n in zip(schedule[1:], ("a", "b", "gamma"), strict=True))
+        return lambda t: a * (b + t) ** (-gamma)
+    raise ValueError(
+        "schedule must be None or 'constant' (use step_size), ('polynomial', a, b, gamma) for "
+        f"ε_t = a (b + t)^-γ, or a callable t -> ε_t; got {schedule!r}."
+    )
+
+
+def _batch_default(tall, batch_size):
+    return math.ceil(math.sqrt(tall.n_rows)) if batch_size is None else batch_size
+
+
+@dataclass_state
+class SGLDState(SubsampleStepState):
+    iteration: int
+    saga: object
+    noise_warned: bool
+
+
+class SGLD(SubsampleStep):
+    """Stochastic-gradient Langevin dynamics with variance-reduced gradients (seed 000).
+
+    θ' = θ + ε ĝ(θ) + √(2ε) ξ (seed 000 Alg. 2; seed 004 §6.2's ε is 2× this ε).
+
+    Bias: no Metropolis correction, so even with the exact gradient the stationary law
+    is off by O(ε) (on N(0, σ²) its variance is σ²/(1 − ε/(2σ²))), and gradient noise
+    inflates it by about ε Cov(ĝ)/2 (seed 000 §4.2). ``noise_adjust`` removes the
+    second part when ĝ is Gaussian; decreasing schedules remove both asymptotically.
+
+    Parameters
+    ----------
+    step_size : float
+        ε (constant schedule), required unless ``schedule`` gives the step sizes.
+    batch_size : int, optional
+        m, rows per gradient estimate (default ⌈√N⌉, seed 000 §3).
+    gradient : {"plain", "cv", "saga", "is", "is-saga", "adaptive", "full"}
+        Estimator (see :mod:`pymc_subsample.estimators.sg_gradients`); "adaptive" is the
+        adaptive IS-SAGA of seed 000 §5.1, "full" the exact gradient (LD).
+    schedule : None, "constant", ("polynomial", a, b, gamma) or callable
+        ε_t over inner iterations t: a (b + t)^-γ is Welling & Teh's decreasing schedule.
+    noise_adjust : bool
+        Inject N(0, 2εI − ε² Ĉov(ĝ)) instead of N(0, 2εI) (seed 000 §5.2.2); warns when
+        that matrix is not positive definite (ε too large for the estimator's noise).
+    thin : int
+        Inner iterations per stored draw.
+    lipschitz, strong_convexity
+        Passed to :class:`SGGradient` for the importance-sampling estimators.
+    **kwargs
+        ``model``, ``center``, ``proxy_order``, ``chunk_size`` of :class:`SubsampleStep`.
+    """
+
+    name = "sgld"
+    is_exact = False
+    stats_dtypes_shapes = dict(_STATS)
+    _state_class = SGLDState
+
+    def __init__(self, vars=None, *, step_size=None, batch_size=None, gradient="cv", schedule=None,
+                 noise_adjust=False, thin=1, lipschitz=None, strong_convexity=None, **kwargs):
+        self._eps = _schedule(step_size, schedule)
+        self.thin = _positive(thin, "thin", integer=True)
+        self.noise_adjust = bool(noise_adjust)
+        super().__init__(vars, **kwargs)
+        self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
+                                    lipschitz=lipschitz, strong_convexity=strong_convexity)
+        self.iteration, self.saga, self.noise_warned = 0, None, False
+
+    def astep(self, q0):
+        theta = np.asarray(q0.data, dtype=float).copy()
+        evals, grad_var = 0, float("nan")
+        for _ in range(self.thin):
+            eps = float(self._eps(self.iteration))
+            if eps <= 0 or not np.isfinite(eps):
+                raise ValueError(f"The step-size schedule gave ε = {eps!r} at t = {self.iteration}.")
+            if self.estimator.uses_table and self.saga is None:
+                self.saga = self.estimator.new_table()
+                evals += self.tall.n_rows
+            grad, terms, n_ev = self.estimator(self.rng, theta, self.saga, eps)
+            evals += n_ev
+            factor = None
+            if terms is None:
+                grad_var = 0.0
+            else:
+                cov, grad_var = estimator_covariance(terms, full=self.noise_adjust)
+                if cov is not None:
+                    factor, ok = dyn.adjusted_noise_factor(eps, cov)
+                    if not ok and not self.noise_warned:
+                        self.noise_warned = True
+                        warn_poor(
+                            "SGLD noise adjustment: 2εI − ε²Cov(ĝ) is not positive definite, so the "
+                            "gradient noise exceeds the Langevin noise; the injected noise was clipped. "
+                            "Reduce step_size or use a lower-variance gradient (cv, adaptive)."
+                        )
+            theta = dyn.langevin_step(self.rng, theta, grad, eps, factor)
+            if self.saga is not None:
+                self.saga.record_drift(eps**2 * float(grad @ grad))
+            self.iteration += 1
+        stats = {"n_grad_evals": evals, "step_size": eps, "grad_var": grad_var}
+        return RaveledVars(theta, q0.point_map_info), [stats]
+
+
+@dataclass_state
+class SGHMCState(SubsampleStepState):
+    iteration: int
+
+
+class SGHMC(SubsampleStep):
+    """Stochastic-gradient HMC with friction, seed 004 §6.2 (Chen et al. 2014).
+
+    Each draw resamples p ~ N(0, M) and runs ``num_steps`` steps of
+    θ += ε M⁻¹p;  p += ε ĝ(θ) − ε C M⁻¹p + N(0, 2Cε), with B̂ = 0 and C = friction·I.
+
+    Bias: no accept/reject, so the draws follow the discretised dynamics whose error
+    grows with ε, and B̂ = 0 ignores the gradient noise (its covariance ε Cov(ĝ)/2
+    adds to the friction noise); small ε and low-variance gradients (cv) keep both small.
+
+    Parameters
+    ----------
+    step_size : float
+    num_steps : int
+        L, gradient estimates per draw (seed 004 sets εL ≈ 1.2).
+    friction : float
+        C = friction · I.
+    gradient, batch_size
+        As :class:`SGLD`.
+    mass_matrix : None, "laplace" or ndarray
+        M: identity, the Laplace precision at θ* (seed 004 §6.4), or given.
+    """
+
+    name = "sghmc"
+    is_exact = False
+    stats_dtypes_shapes = dict(_STATS)
+    _state_class = SGHMCState
+
+    def __init__(self, vars=None, *, step_size, num_steps, friction=1.0, gradient="cv", batch_size=None,
+                 mass_matrix=None, lipschitz=None, **kwargs):
+        self.step_size = _positive(step_size, "step_size")
+        self.num_steps = _positive(num_steps, "num_steps", integer=True)
+        self.friction = _positive(friction, "friction")
+        if gradient in ("saga", "is-saga", "adaptive"):
+            raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "
+                             "(SAGA tables are for SGLD).")
+        super().__init__(vars, **kwargs)
+        self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
+                                    lipschitz=lipschitz)
+        self.mass_inv = self._mass_inverse(mass_matrix)
+        self.iteration = 0
+
+    def _mass_inverse(self, mass_matrix):
+        if mass_matrix is None:
+            return None
+        if isinstance(mass_matrix, str) and mass_matrix == "laplace":
+            mass_matrix = self.proxy.laplace_precision(self.tall.prior_hessian(self.proxy.center))
+        mass = np.asarray(mass_matrix, dtype=float)
+        d = self.tall.ndim
+        try:
+            if mass.shape != (d, d):
+                raise np.linalg.LinAlgError
+            np.linalg.cholesky(mass)
+        except np.linalg.LinAlgError:
+            raise ValueError(f"mass_matrix must be None, 'laplace' or a positive definite ({d}, {d}) "
+                             "matrix.") from None
+        return np.linalg.inv(mass)
+
+    def astep(self, q0):
+        record = {"evals": 0, "var": float("nan")}
+
+        def grad_fn(theta):
+            grad, terms, n_ev = self.estimator(self.rng, theta)
+            record["evals"] += n_ev
+            record["var"] = 0.0 if terms is None else estimator_covariance(terms, full=False)[1]
+            return grad, None
+
+        theta, _ = dyn.sghmc_step(self.rng, np.asarray(q0.data, dtype=float), grad_fn, self.step_size,
+                                  self.num_steps, self.friction, self.mass_inv)
+        self.iteration += 1
+        stats = {"n_grad_evals": record["evals"], "step_size": self.step_size, "grad_var": record["var"]}
+        return RaveledVars(theta, q0.point_map_info), [stats]
+
+
+@dataclass_state
+class SGFSState(SubsampleStepState):
+    iteration: int
+    fisher: object
+    window: object
+    converged: bool
+    noise_warned: bool
+
+
+class SGFS(SubsampleStep):
+    """Stochastic-gradient Fisher scoring; ``optimized=True`` is OSGFS (seed 003 Alg. 1).
+
+    OSGFS: C ← (1 − 1/i) C + (1/i) cov(batch gradients); H = NC + G (eq. 9);
+    D = (k/2) H⁻¹ (eq. 10) with k from eq. (16); θ' = θ + D ĝ + N(0, 2D − (N²/|S|)DCD − DHD)
+    (eq. 8), with ĝ the plain estimator (eq. 3). ``optimized=False`` is the original
+    SGFS preconditioned step (:func:`~pymc_subsample.kernels.sg_dynamics.sgfs_step`).
+
+    Bias: the stationary covariance is H⁻¹ only when the posterior is Gaussian, C is
+    constant and the gradient noise is Gaussian (large |S|); otherwise it is the
+    Laplace-like approximation of seed 003 §2.3. Draws before the convergence
+    criterion (17) first holds are recorded with ``converged = False``: drop them
+    (:func:`drop_unconverged`) before summarising.
+
+    Parameters
+    ----------
+    batch_size : int
+        |S| ≥ 2 (the per-batch gradient covariance estimates C).
+    k : float, optional
+        Fixed step fraction (default: eq. 16 at each iteration).
+    c : float
+        Cap of k in eq. (16) (seed: 0.1).
+    b : float
+        Tolerance of criterion (17), in (0, 2].
+    step_size : float
+        ε of the original SGFS (``optimized=False`` only; noise matrix B = I).
+    """
+
+    name = "sgfs"
+    is_exact = False
+    stats_dtypes_shapes = {**_STATS, "converged": (bool, [])}
+    _state_class = SGFSState
+
+    def __init__(self, vars=None, *, optimized=True, batch_size, k=None, c=0.1, b=1.0, step_size=1.0,
+                 **kwargs):
+        self.optimized = bool(optimized)
+        self.k_fixed = None if k is None else _positive(k, "k")
+        self.c, self.b = _positive(c, "c"), _positive(b, "b")
+        self.sgfs_eps = _positive(step_size, "step_size")
+        if self.k_fixed is not None and self.k_fixed >= 1 or self.c >= 1 or self.b > 2:
+            raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
+        super().__init__(vars, **kwargs)
+        self.m = self.tall.check_subsample_size(batch_size, "batch_size")
+        if self.m < 2:
+            raise ValueError("SGFS needs batch_size ≥ 2 to estimate the gradient covariance C.")
+        self.estimator = SGGradient(self.tall, self.proxy, "plain", self.m)
+        self.prior_prec = -np.asarray(self.tall.prior_hessian(self.proxy.center), dtype=float)
+        n = self.tall.n_rows
+        k_min = min(self.k_fixed or self.c, 4 * self.m / (n + self.m))
+        self.window_size = math.ceil(1 / k_min)
+        self.iteration, self.fisher, self.window = 0, None, None
+        self.converged, self.noise_warned = False, False
+
+    def astep(self, q0):
+        theta = np.asarray(q0.data, dtype=float).copy()
+        n, m, d = self.tall.n_rows, self.m, self.tall.ndim
+        grad, terms, evals = self.estimator(self.rng, theta)
+        batch_cov = np.cov(terms / n, rowvar=False).reshape(d, d)
+        self.iteration += 1
+        i = self.iteration
+        self.fisher = batch_cov if self.fisher is None else (1 - 1 / i) * self.fisher + batch_cov / i
+        n_c = n * self.fisher
+        hess = n_c + self.prior_prec
+        hess = hess + 1e-12 * np.trace(hess) * np.eye(d)  # keeps H invertible at i = 1 when |S| ≤ d
+        if self.optimized:
+            k = self.k_fixed or dyn.osgfs_k(n, m, hess, n_c, self.c)
+            d_mat = 0.5 * k * np.linalg.inv(hess)
+            factor, ok = dyn.psd_factor(dyn.osgfs_noise_cov(d_mat, n, m, self.fisher, hess))
+            if not ok and not self.noise_warned:
+                self.noise_warned = True
+                warn_poor("OSGFS: the noise covariance of eq. (8) is not positive definite; it was "
+                          "clipped. Lower k or c, or raise batch_size.")
+            theta = theta + d_mat @ grad + factor @ self.rng.standard_normal(d)
+            step = 0.5 * k
+        else:
+            k = self.c
+            theta = dyn.sgfs_step(self.rng, theta, grad, self.fisher, n, m, self.sgfs_eps)
+            step = self.sgfs_eps
+        if self.window is None:
+            self.window = np.zeros((self.window_size, d))
+        self.window[(i - 1) % self.window_size] = grad
+        n_win = min(math.ceil(1 / k), self.window_size)
+        if not self.converged and i >= n_win:
+            recent = self.window[[(i - 1 - j) % self.window_size for j in range(n_win)]]
+            self.converged = dyn.osgfs_convergence(recent, n_c, self.prior_prec, n, m, self.b)
+        stats = {"n_grad_evals": evals, "step_size": step, "grad_var": float(np.trace(batch_cov)) * n**2 / m,
+                 "converged": self.converged}
+        return RaveledVars(theta, q0.point_map_info), [stats]
+
+
+def drop_unconverged(idata):
+    """Drop the draws recorded before SGFS's convergence criterion (17) held.
+
+    Keeps the same draws in every chain (from the latest first-converged draw over
+    chains) so the result stays rectangular; raises if some chain never converged.
+    """
+    conv = np.asarray(idata.sample_stats["converged"].values, dtype=bool)
+    if not conv.any(axis=1).all():
+        raise ValueError("Some chains never met the convergence criterion (17): run more draws or "
+                         "tuning steps, or raise b.")
+    start = int(max(np.argmax(row) for row in conv))
+    return idata.isel(draw=slice(start, None))

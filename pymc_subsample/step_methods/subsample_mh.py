@@ -1,0 +1,321 @@
+"""``pms.SubsampleMH``: Metropolis-Hastings whose accept test reads a subsample of the rows.
+
+A thin PyMC step over the plain accept tests of :mod:`pymc_subsample.kernels.mh_tests`
+and the proposals of :mod:`pymc_subsample.kernels.proposals`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from pymc.blocking import RaveledVars
+from pymc.step_methods.state import dataclass_state
+
+from pymc_subsample.estimators.subsampled import perturbed_value
+from pymc_subsample.kernels import mh_tests
+from pymc_subsample.kernels.proposals import adapt_log_scale, laplace_cholesky, random_walk_proposal
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
+from pymc_subsample.subsample.batch import Subsample
+
+__all__ = ["SubsampleMH", "SubsampleMHState"]
+
+TESTS = ("pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact")
+PROPOSALS = ("laplace", "random-walk")
+
+
+@dataclass_state
+class SubsampleMHState(SubsampleStepState):
+    log_scale: float
+    n_steps: int
+    n_accepted: int
+    n_tune_steps: int
+    subsample: Any
+    current_theta: Any
+    current_value: float
+    current_sigma2: float
+
+
+class SubsampleMH(SubsampleStep):
+    r"""Subsampled Metropolis-Hastings (seeds 000, 001, 002, 004).
+
+    Parameters
+    ----------
+    vars : list, optional
+        All free variables (or None).
+    test : {"pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact"}
+        The accept test (see Notes for what each targets).
+    subsample_size : int, optional
+        Pseudo-marginal: the subsample size m (default min(1000, N)). Sequential tests:
+        the mini-batch added at each look (default ⌈√N⌉, at least 2).
+    proposal : {"laplace", "random-walk"}
+        Gaussian random walk with covariance scale² Σ, Σ the Laplace covariance
+        (−(∇²log p(θ*) + Σ_k H_k(θ*)))⁻¹ at the centre, or the identity.
+    scale : float, optional
+        Initial scale; default 2.38/√d for "laplace" and 2.38/√d · √(tr Σ / d) for
+        "random-walk". Adapted during tuning unless ``adapt_scale=False``.
+    error : float in (0, 1)
+        ε of the austerity and two-sample t-tests, δ of the confidence sampler.
+    num_blocks : int
+        G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
+    model, center, proxy_order, chunk_size, rng, initial_point
+        See :class:`SubsampleStep`.
+    use_proxy : bool, default True
+        Sequential tests work on t_k = ℓ_k(θ') − ℓ_k(θ) − (q_k(θ') − q_k(θ)) with the
+        Taylor sums added exactly (False: t_k = ℓ_k(θ') − ℓ_k(θ)).
+    range_bound : callable or "empirical", required for test="confidence"
+        ``range_bound(theta, theta_prop) -> C`` with C ≥ max_k |t_k| (e.g.
+        :func:`~pymc_subsample.kernels.mh_tests.logistic_range_bound` for logistic
+        regression, a rigorous bound), or "empirical": C = 2 · max over the N rows and
+        8 Laplace draws of |ℓ_k − q_k| / ||θ − θ*||_Σ^{r+1}, times
+        (||θ − θ*||_Σ^{r+1} + ||θ' − θ*||_Σ^{r+1}) — a heuristic that assumes the
+        remainder scales like a Taylor remainder; it voids the δ guarantee.
+    target_accept : float, default 0.234
+        Tuning target (optimal for random walks in high dimension; about 0.44 is optimal
+        for d = 1). Barker's test accepts less than MH by construction.
+    adapt_scale : bool, default True
+    importance_probs : array (N,), optional
+        Two-sample test: importance probabilities p_k (seed 000 §5.1); default uniform.
+
+    Notes
+    -----
+    Exactness (``is_exact`` is False except for test="exact"):
+
+    * pseudo-marginal: targets the perturbed posterior of seed 004 eq. 4.6, error
+      O(1/(N m²)) in total variation; exact when the proxy is exact (σ̂² = 0).
+    * austerity (seed 000 Alg. 1) and two-sample (§5.2.1): each decision differs from
+      MH's with probability ≈ ε under the CLT; the bias grows with ε and is not bounded
+      when the CLT fails (heavy-tailed t_k).
+    * confidence (seed 002): each decision is wrong with probability ≤ δ given a valid
+      range bound; the stationary law is within O(δ) in TV of the posterior.
+    * barker (seed 001): the CLT-normal approximation of Δ* gives an O(1/√b) error in
+      the acceptance probability.
+    """
+
+    _state_class = SubsampleMHState
+    stats_dtypes_shapes = {
+        "accept": (np.float64, []),
+        "accepted": (bool, []),
+        "acceptance_rate": (np.float64, []),
+        "batch_size": (np.int64, []),
+        "n_loglik_evals": (np.int64, []),
+        "loglik_var": (np.float64, []),
+        "scale": (np.float64, []),
+    }
+
+    def __init__(self, vars=None, *, test="pseudo-marginal", subsample_size=None, proposal="laplace",
+                 scale=None, error=0.01, num_blocks=100, model=None, center=None, proxy_order=2,
+                 use_proxy=True, range_bound=None, target_accept=0.234, adapt_scale=True,
+                 importance_probs=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
+        if test not in TESTS:
+            raise ValueError(f"Unknown test {test!r}; choose one of {', '.join(map(repr, TESTS))}.")
+        if proposal not in PROPOSALS:
+            raise ValueError(f"Unknown proposal {proposal!r}; choose 'laplace' or 'random-walk'.")
+        if isinstance(error, bool) or not isinstance(error, (int, float)) or not 0 < error < 1:
+            raise ValueError(f"error must be a probability strictly between 0 and 1 (e.g. 0.01); got {error!r}.")
+        if not 0 < target_accept < 1:
+            raise ValueError(f"target_accept must be in (0, 1); got {target_accept!r}.")
+        if test == "confidence" and range_bound is None:
+            raise ValueError(
+                "test='confidence' needs a bound C(θ, θ') on max_k |t_k| for its concentration "
+                "inequality, and none can be derived for a general model. Pass "
+                "range_bound=callable(theta, theta_prop) (e.g. "
+                "pymc_subsample.kernels.mh_tests.logistic_range_bound(X, center) for logistic "
+                "regression) or range_bound='empirical' (heuristic), or use another test."
+            )
+        if scale is not None and not (np.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a positive number; got {scale!r}.")
+        super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
+                         chunk_size=chunk_size, **kwargs)
+        n, d = self.tall.n_rows, self.tall.ndim
+        self.test, self.error, self.use_proxy = test, float(error), bool(use_proxy)
+        self.is_exact = test == "exact"
+        if subsample_size is None:
+            subsample_size = min(1000, n) if test == "pseudo-marginal" else min(n, max(2, math.ceil(math.sqrt(n))))
+        self.subsample_size = self.tall.check_subsample_size(subsample_size)
+        if test == "pseudo-marginal":
+            if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or not (
+                    1 <= num_blocks <= self.subsample_size):
+                raise ValueError(f"num_blocks must be an integer between 1 and subsample_size = "
+                                 f"{self.subsample_size}; got {num_blocks!r}.")
+            self._blocks = block_slices(self.subsample_size, int(num_blocks))
+        self._chol = self._proposal_cholesky(proposal, chunk_size)
+        if scale is None:
+            scale = 2.38 / math.sqrt(d)
+            if proposal == "random-walk":
+                scale *= math.sqrt(self._laplace_var_mean) if self._laplace_var_mean else 0.1
+        self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
+        self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
+        self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
+                             else range_bound)
+        if self._range_bound is not None and not callable(self._range_bound):
+            raise ValueError("range_bound must be a callable (theta, theta_prop) -> C or 'empirical'.")
+        # per-chain state (reset by pm.sample between chains through SubsampleMHState)
+        self.log_scale = math.log(scale)
+        self.n_steps = self.n_accepted = self.n_tune_steps = 0
+        self.subsample, self.current_theta = None, None
+        self.current_value, self.current_sigma2 = math.nan, math.nan
+
+    # ------------------------------------------------------------------ set-up
+    def _proposal_cholesky(self, proposal, chunk_size):
+        center = self.proxy.center
+        hess = self.proxy.hess_sum
+        if self.proxy.order < 2:  # the proxy did not need B = Σ H_k(θ*); compute it once
+            hess = chunked_sum(self.tall, self.tall.loglik_sum_value_grad_hessian, center,
+                               chunk_size=chunk_size)[2]
+        precision = -(self.tall.prior_hessian(center) + hess)
+        self._laplace_var_mean = None
+        if proposal == "laplace":
+            chol = laplace_cholesky(precision)
+            self._laplace_chol = chol
+            return chol
+        try:
+            chol = laplace_cholesky(precision)
+            self._laplace_chol = chol
+            self._laplace_var_mean = float(np.sum(chol**2) / self.tall.ndim)
+        except ValueError:
+            self._laplace_chol = None
+        return None
+
+    def _empirical_range_bound(self, chunk_size):
+        """Heuristic C(θ, θ') from the full data at 8 Laplace draws (see class docstring)."""
+        chol = self._laplace_chol if self._laplace_chol is not None else np.eye(self.tall.ndim)
+        inv = np.linalg.inv(chol)
+        center, power = self.proxy.center, (self.proxy.order + 1 if self.use_proxy else 1)
+        rng = np.random.default_rng(0)
+        worst = 0.0
+        for _ in range(8):
+            z = rng.standard_normal(self.tall.ndim)
+            theta = center + 2.0 * chol @ z
+            for start in range(0, self.tall.n_rows, chunk_size):
+                batch = self.tall.row_slice(start, min(start + chunk_size, self.tall.n_rows))
+                if self.use_proxy:
+                    terms = self.proxy.row_terms(batch)
+                    rem = self.tall.loglik_rows(theta, batch) - self.proxy.rows_value(theta, terms, batch)
+                else:  # Lipschitz-type constant of ℓ_k along the draw
+                    rem = self.tall.loglik_rows(theta, batch) - self.tall.loglik_rows(center, batch)
+                worst = max(worst, float(np.max(np.abs(rem))) / float(np.linalg.norm(2.0 * z)) ** power)
+
+        def bound(theta, theta_prop):
+            a = np.linalg.norm(inv @ (theta - center)) ** power
+            b = np.linalg.norm(inv @ (theta_prop - center)) ** power
+            if not self.use_proxy:
+                return 2.0 * worst * float(np.linalg.norm(inv @ (theta_prop - theta)))
+            return 2.0 * worst * float(a + b)
+
+        return bound
+
+    # ------------------------------------------------------------------- step
+    def _log_prior(self, theta) -> float:
+        return float(self.tall.prior_value_and_grad(theta)[0])
+
+    def astep(self, q0: RaveledVars):
+        theta = np.asarray(q0.data, dtype=float)
+        tall, proxy, rng = self.tall, self.proxy, self.rng
+        theta_p = random_walk_proposal(rng, theta, math.exp(self.log_scale), self._chol)
+        u = rng.random()
+        log_u = math.log(u)
+        log_prior_ratio = self._log_prior(theta_p) - self._log_prior(theta)
+        if self.test == "pseudo-marginal":
+            accept, stats = self._pseudo_marginal(theta, theta_p, log_u)
+        else:
+            accept, stats = self._sequential(theta, theta_p, u, log_u, log_prior_ratio)
+        self.n_steps += 1
+        self.n_accepted += int(accept)
+        if self.tune and self.adapt_scale:
+            self.log_scale = adapt_log_scale(self.log_scale, accept, self.n_tune_steps, self.target_accept)
+            self.n_tune_steps += 1
+        stats.update(accepted=bool(accept), acceptance_rate=self.n_accepted / self.n_steps,
+                     scale=math.exp(self.log_scale))
+        return RaveledVars(theta_p if accept else theta, q0.point_map_info), [stats]
+
+    def _pseudo_marginal(self, theta, theta_p, log_u):
+        tall, proxy, n = self.tall, self.proxy, self.tall.n_rows
+        evals = 0
+        if self.subsample is None:
+            idx = uniform_with_replacement(self.rng, n, self.subsample_size)
+            self.subsample = Subsample.gather(tall, proxy, idx)
+            evals += self.subsample_size
+        if self.current_theta is None or not np.array_equal(self.current_theta, theta):
+            # first step, or θ moved under another step: estimate at the current (θ, u)
+            value, self.current_sigma2 = perturbed_value(tall, proxy, self.subsample, theta)
+            self.current_value = value + self._log_prior(theta)
+            self.current_theta = theta.copy()
+            evals += self.subsample_size
+        new_idx, block = block_update(self.rng, self.subsample.idx, n, self._blocks)
+        sub_p = self.subsample.with_block(tall, proxy, new_idx, block)
+        d = tall.loglik_rows(theta_p, sub_p.batch) - proxy.rows_value(theta_p, sub_p.terms, sub_p.batch)
+        offset = self._log_prior(theta_p) + proxy.sum_value_and_grad(theta_p)[0]
+        accept, m, info = mh_tests.pseudo_marginal_test(self.current_value, d, n, offset, log_u)
+        if accept:
+            self.subsample, self.current_theta = sub_p, theta_p.copy()
+            self.current_value, self.current_sigma2 = info["value"], info["loglik_var"]
+        # evaluations: ℓ_k at θ' on m rows + ℓ_k(θ*) for the rows of the refreshed block
+        evals += m + (block.stop - block.start)
+        return accept, {"accept": float(min(1.0, math.exp(min(info["delta_hat"], 0.0)))),
+                        "batch_size": m, "n_loglik_evals": evals, "loglik_var": self.current_sigma2}
+
+    def _sequential(self, theta, theta_p, u, log_u, log_prior_ratio):
+        tall, proxy, n = self.tall, self.proxy, self.tall.n_rows
+        proxied = self.use_proxy and proxy.order > 0
+        offset = log_prior_ratio
+        if proxied:
+            offset += proxy.sum_value_and_grad(theta_p)[0] - proxy.sum_value_and_grad(theta)[0]
+        per_row = 3 if proxied else 2  # ℓ_k at θ and θ' (+ ℓ_k(θ*) for the proxy terms)
+
+        def remainder(at, batch, terms):
+            value = tall.loglik_rows(at, batch)
+            return value - proxy.rows_value(at, terms, batch) if proxied else value
+
+        def row_terms(idx):
+            batch = tall.gather(idx)
+            terms = proxy.row_terms(batch) if proxied else None
+            return remainder(theta_p, batch, terms) - remainder(theta, batch, terms)
+
+        def one_point(at):
+            def fn(idx):
+                batch = tall.gather(idx)
+                return remainder(at, batch, proxy.row_terms(batch) if proxied else None)
+            return fn
+
+        size, rng = self.subsample_size, self.rng
+        if self.test == "exact":
+            accept, rows, info = mh_tests.austerity_test(row_terms, n, offset, log_u, rng, batch_size=n,
+                                                         error=self.error)
+        elif self.test == "austerity":
+            accept, rows, info = mh_tests.austerity_test(row_terms, n, offset, log_u, rng, batch_size=size,
+                                                         error=self.error)
+        elif self.test == "confidence":
+            c = float(self._range_bound(theta, theta_p))
+            accept, rows, info = mh_tests.confidence_test(row_terms, n, offset, log_u, rng, batch_size=size,
+                                                          error=self.error, range_bound=c)
+        elif self.test == "barker":
+            accept, rows, info = mh_tests.barker_test(row_terms, n, offset, u, rng, batch_size=size)
+        else:
+            accept, rows, info = mh_tests.two_sample_test(
+                one_point(theta), one_point(theta_p), n, offset, log_u, rng, batch_size=size,
+                error=self.error, probs=self.importance_probs)
+            per_row = 2 if proxied else 1
+        return accept, {"accept": float(accept), "batch_size": rows, "n_loglik_evals": per_row * rows,
+                        "loglik_var": info["loglik_var"]}
+
+    # ----------------------------------------------------------------- tuning
+    def stop_tuning(self):
+        super().stop_tuning()
+        if self.n_steps >= 50 and self.n_accepted / self.n_steps < 0.02:
+            warn_poor(f"SubsampleMH ({self.test}) accepted {self.n_accepted / self.n_steps:.1%} of "
+                      "proposals during tuning: the chain barely moves. Lengthen tuning, lower `scale`, "
+                      "or (pseudo-marginal) raise subsample_size.")
+        if self.test == "pseudo-marginal" and self.current_sigma2 > 3.0:
+            warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {self.current_sigma2:.2f} at the end of tuning, "
+                      "far above the target ≈ 1; raise subsample_size or proxy_order.")
+
+
+def _check_probs(probs, n):
+    probs = np.asarray(probs, dtype=float)
+    if probs.shape != (n,) or not np.all(np.isfinite(probs)) or np.any(probs <= 0):
+        raise ValueError(f"importance_probs must be {n} positive finite numbers (one per row).")
+    return probs / probs.sum()
