@@ -27,6 +27,7 @@ __all__ = [
     "propose_swap",
     "resolve_subset_size",
     "resolve_swap_size",
+    "stationary_refresh_signal",
     "rw_mh_step",
     "subset_log_accept",
 ]
@@ -105,19 +106,34 @@ def subset_log_accept(epsilon: float, delta_sq: float, new_delta_sq: float) -> f
     return -epsilon * (new_delta_sq - delta_sq)
 
 
+def stationary_refresh_signal(prob: float, delta_sq: float, new_delta_sq: float) -> float:
+    """An estimate of the refresh rate the subset chain has *at stationarity*.
+
+    By detailed balance on ν_ε, accepted moves that lower ‖Δ‖² are as frequent as
+    accepted moves that raise it, so 2·P(accept)·1[uphill] + 1[tie] has the
+    stationary refresh rate as its mean. Unlike the raw acceptance it ignores the
+    downhill moves of the transient from a uniform U₀, which would otherwise push ε far
+    above the value that gives ``target_refresh`` once the chain has settled.
+    """
+    if new_delta_sq > delta_sq:
+        return 2.0 * prob
+    return 1.0 if new_delta_sq == delta_sq else 0.0
+
+
 def initial_epsilon(delta_sq: float) -> float:
     """ε₀ = 1 / ‖Δ(U₀)‖² for a uniform U₀: a typical uniform subset has weight e^{-1}."""
     return 1.0 / max(float(delta_sq), 1e-300)
 
 
-def adapt_log_epsilon(log_eps: float, accepted: bool, target: float, t: int, rate: float = 2.0) -> float:
+def adapt_log_epsilon(log_eps: float, signal: float, target: float, t: int, rate: float = 2.0) -> float:
     """Robbins–Monro step on log ε towards a subset refresh rate ``target``.
 
-    A refresh makes ε larger (more selective), a rejection smaller; the step
+    ``signal`` estimates the refresh rate (see :func:`stationary_refresh_signal`);
+    above target ε grows (more selective), below it shrinks. The step
     ``rate / (t + 1)^0.6`` decays so ε settles, while Σ steps diverges so ε can move
     by orders of magnitude from ε₀ during tuning.
     """
-    return log_eps + rate * (float(accepted) - target) / (t + 1.0) ** 0.6
+    return log_eps + rate * (float(signal) - target) / (t + 1.0) ** 0.6
 
 
 # ---------------------------------------------------------------- θ update

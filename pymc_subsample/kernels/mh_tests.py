@@ -61,29 +61,34 @@ def exact_barker_test(delta, u) -> bool:
 
 # ------------------------------------------------------------------- row streams
 class RowStream:
-    """Rows 0..N−1 drawn uniformly without replacement, in order, in O(rows drawn) memory.
+    """Rows 0..N−1 drawn uniformly without replacement, in order.
 
-    While fewer than half the rows are used, new rows come from iid uniform draws with
-    repeats and used rows discarded (the first distinct values of an iid sequence are a
-    uniform ordered sample without replacement); past half, a permutation of the
-    complement is drawn once, so the cost never exceeds O(N).
+    New rows come from iid uniform draws with repeats and used rows discarded (the first
+    distinct values of an iid sequence are a uniform ordered sample without
+    replacement), checked against a boolean mask allocated on the second draw (calloc:
+    cheap even for large N); past half the rows, a permutation of the complement is
+    drawn once, so the cost never exceeds O(N).
     """
 
     def __init__(self, rng, n):
         self.rng, self.n = rng, int(n)
-        self.used = np.empty(0, dtype=np.int64)
+        self.count = 0
+        self._mask = None
+        self._first = None
         self._rest = None
 
     @property
     def remaining(self) -> int:
-        return self.n - self.used.size
+        return self.n - self.count
 
     def take(self, k) -> np.ndarray:
         k = min(int(k), self.remaining)
-        if self._rest is None and 2 * (self.used.size + k) > self.n:
-            mask = np.ones(self.n, dtype=bool)
-            mask[self.used] = False
-            self._rest = self.rng.permutation(np.flatnonzero(mask))
+        if self._first is not None and self._mask is None:
+            self._mask = np.zeros(self.n, dtype=bool)
+            self._mask[self._first] = True
+        if self._rest is None and 2 * (self.count + k) > self.n:
+            mask = self._mask if self._mask is not None else np.zeros(self.n, dtype=bool)
+            self._rest = self.rng.permutation(np.flatnonzero(~mask))
         if self._rest is not None:
             out, self._rest = self._rest[:k], self._rest[k:]
         else:
@@ -92,13 +97,18 @@ class RowStream:
                 cand = self.rng.integers(0, self.n, size=2 * need + 8)
                 _, first = np.unique(cand, return_index=True)
                 cand = cand[np.sort(first)]
-                cand = cand[~np.isin(cand, self.used)]
+                if self._mask is not None:
+                    cand = cand[~self._mask[cand]]
                 for p in parts:
                     cand = cand[~np.isin(cand, p)]
                 parts.append(cand[:need])
                 need -= parts[-1].size
-            out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        self.used = np.concatenate([self.used, out])
+            out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.empty(0, np.int64)
+            if self._mask is not None:
+                self._mask[out] = True
+        if self._first is None:
+            self._first = out
+        self.count += out.size
         return out
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.kernels.potential import SubsampledPotential
@@ -53,6 +54,7 @@ class HMCECSState(SubsampleStepState):
     subsample: Any
     current: Any
     current_theta: Any
+    started: bool = False
     diagnostics: dict = field(default_factory=dict)
     warned: set = field(default_factory=set)
 
@@ -133,10 +135,12 @@ class HMCECS(SubsampleStep):
         self.is_exact = estimator == "signed"
         self.target_variance = float(target_variance)
         precision = self._laplace_precision(base_kwargs.get("chunk_size"))
+        self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
+        self.started = False
         self._configure_subsampling(subsample_size, num_blocks, precision)
         self.inner = self._make_inner(inner, precision if mass_matrix == "laplace" else None,
                                       trajectory_length, target_accept, kwargs)
-        self.subsample = self._draw_subsample()
+        self.subsample = None  # drawn with the chain's rng at its first step
         self.current = None
         self.current_theta = None
         self.diagnostics = {}
@@ -161,8 +165,10 @@ class HMCECS(SubsampleStep):
         n = self.tall.n_rows
         pilot_needed = subsample_size == "auto" or self.estimator == "signed"
         if pilot_needed:
-            thetas = laplace_draws(self.rng, self.proxy.center, precision, 20)
-            mean_d, var_d = pilot_differences(self.rng, self.tall, self.proxy, thetas, min(n, 2000))
+            # a fixed seed: the same model and settings give the same m and λ in every run
+            setup_rng = np.random.default_rng(0)
+            thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
+            mean_d, var_d = pilot_differences(setup_rng, self.tall, self.proxy, thetas, min(n, 2000))
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance)
         self.subsample_size = self.tall.check_subsample_size(subsample_size)
@@ -205,6 +211,15 @@ class HMCECS(SubsampleStep):
     # -------------------------------------------------------------- sampling
     def astep(self, q0):
         evaluated_before = self.potential.n_rows_evaluated
+        if not self.started:
+            # Each chain starts from a Laplace draw around θ*, as seed 004 §6.5 starts at θ*:
+            # far from θ* the control variates are poor, σ̂² is huge, and the signed estimator's
+            # a (set near θ*) makes |L̂| meaningless, so a chain started at PyMC's default
+            # initial point may never reach the posterior. Only the first tuning draw changes.
+            self.started = True
+            self.subsample = self._draw_subsample()
+            jitter = self._laplace_chol @ self.rng.standard_normal(self.tall.ndim)
+            q0 = RaveledVars((self.proxy.center + jitter).astype(q0.data.dtype), q0.point_map_info)
         theta = q0.data
         if self.current is None or not np.array_equal(self.current_theta, theta):
             self.current = self.potential.estimate(theta, self.subsample)
@@ -243,6 +258,7 @@ class HMCECS(SubsampleStep):
     def reset_tuning(self):
         self.inner.reset_tuning()
         self.tune = True
+        self.started = False
 
     def set_rng(self, rng):
         super().set_rng(rng)

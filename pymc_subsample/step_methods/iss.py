@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pymc as pm
+from scipy import optimize
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.state import dataclass_state
@@ -28,7 +29,7 @@ from pymc_subsample.subsample.summaries import make_summary
 __all__ = ["ISS", "ISSState", "check_refresh_rate"]
 
 MIN_REFRESH_RATE = 0.01  # the slides' advice: refresh subsets at least 1% of the time
-_WARN_AFTER = 200  # post-tuning draws before the refresh rate is judged
+_WARN_AFTER = 500  # post-tuning draws before the refresh rate is judged
 
 
 @dataclass_state
@@ -81,7 +82,8 @@ class ISS(ArrayStepShared):
         "hmc" (alias "nuts"): HMC with ``n_leapfrog`` jittered leapfrog steps, the same
         Laplace covariance as inverse mass matrix and a dual-averaged step size; it is
         *not* PyMC's NUTS tree (documented simplification).
-    model : pm.Model, optional
+    model : pm.Model or TallModel, optional
+        A ``TallModel`` is used as is, so several ISS steps share compiled functions.
     target_refresh : float in (0, 1]
         Subset refresh rate aimed at by ``epsilon="auto"`` (default 0.05; the slides ask
         for at least 0.01).
@@ -122,8 +124,11 @@ class ISS(ArrayStepShared):
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="moments",
                  swap_size=None, inner="mh", model=None, target_refresh=0.05, target_accept=None,
                  n_leapfrog=8, chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None):
-        model = pm.modelcontext(model)
-        self.tall = tall = TallModel(model, vars)
+        if isinstance(model, TallModel):
+            tall = model  # reuse its compiled functions (several ISS runs on one model)
+        else:
+            tall = TallModel(pm.modelcontext(model), vars)
+        self.tall = tall
         self.n = K.resolve_subset_size(subset_size, tall.n_rows)
         self.swap_size = K.resolve_swap_size(swap_size, self.n, tall.n_rows)
         self.epsilon, self.target_refresh = _check_epsilon(epsilon, target_refresh)
@@ -157,14 +162,31 @@ class ISS(ArrayStepShared):
 
     def _laplace_chol(self):
         """Cholesky factor of the Laplace covariance of the scaled sub-posterior of a
-        fixed-seed subset (the proposal / inverse-mass shape; same scale as π(θ|Y))."""
+        fixed-seed subset (the proposal / inverse-mass shape; same scale as π(θ|Y)).
+
+        L-BFGS on the n rows, then a central-difference Hessian of the gradient: 2d
+        gradient calls, and no compilation of the per-row Hessian graph (seconds).
+        """
         tall = self.tall
         idx = np.sort(np.random.default_rng(0).choice(tall.n_rows, size=self.n, replace=False))
-        theta, _ = find_map_theta(tall, rows=idx, maxiter=200)
-        _, _, h = tall.loglik_sum_value_grad_hessian(theta, tall.gather(idx))
-        hess = self.scale * h + tall.prior_hessian(theta)
+        batch = tall.gather(idx)
+
+        def neg(theta):
+            lp, g = self._logp_grad(theta, batch)
+            return (-lp, -g) if np.isfinite(lp) else (np.inf, np.zeros_like(theta))
+
+        theta = optimize.minimize(neg, tall.initial_theta, jac=True, method="L-BFGS-B",
+                                  options={"maxiter": 500}).x
+        d = tall.ndim
+        hess = np.empty((d, d))
+        for i in range(d):
+            h = 1e-5 * max(1.0, abs(theta[i]))
+            e = np.zeros(d)
+            e[i] = h
+            hess[i] = (neg(theta + e)[1] - neg(theta - e)[1]) / (2 * h)
+        hess = 0.5 * (hess + hess.T)  # = −∇² log π̄_n, symmetrised
         try:
-            return np.linalg.cholesky(np.linalg.inv(-hess))
+            return np.linalg.cholesky(np.linalg.inv(hess))
         except np.linalg.LinAlgError:
             # not locally concave (or singular): fall back to a diagonal guess
             diag = np.abs(np.diag(hess))
@@ -199,9 +221,9 @@ class ISS(ArrayStepShared):
         lp, _ = self.tall.prior_value_and_grad(theta)
         return float(lp) + self.scale * float(np.sum(self.tall.loglik_rows(theta, self.batch)))
 
-    def _logp_grad(self, theta):
+    def _logp_grad(self, theta, batch=None):
         lp, dlp = self.tall.prior_value_and_grad(theta)
-        ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch)
+        ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch if batch is None else batch)
         return float(lp) + self.scale * float(ll), dlp + self.scale * dll
 
     # -------------------------------------------------------------------- step
@@ -227,6 +249,7 @@ class ISS(ArrayStepShared):
         log_a = K.subset_log_accept(eps, self.delta_sq, new_dsq)
         prob = 1.0 if log_a >= 0 else math.exp(log_a)
         accepted = bool(log_a >= 0 or math.log(rng.random()) < log_a)
+        old_dsq = self.delta_sq
         if accepted:
             self.member[self.subset[pos]] = False
             self.member[rows] = True
@@ -238,7 +261,7 @@ class ISS(ArrayStepShared):
             else:
                 self.batch, self.summary_value, self.summary_warm = cand, value, warm
             self.delta_sq = new_dsq
-        return accepted, prob, evals
+        return accepted, prob, K.stationary_refresh_signal(prob, old_dsq, new_dsq), evals
 
     def astep(self, q0):
         if self.subset is None:
@@ -247,12 +270,12 @@ class ISS(ArrayStepShared):
         evals = 0
         refreshed, prob_u = False, 0.0
         if self.swap_size > 0:
-            refreshed, prob_u, evals = self._subset_update()
+            refreshed, prob_u, signal, evals = self._subset_update()
             self.n_phase_iter += 1
             self.n_refresh += int(refreshed)
             if self.tune and self.epsilon is None:
                 self.log_epsilon = K.adapt_log_epsilon(
-                    self.log_epsilon, refreshed, self.target_refresh, self.n_tune_iter)
+                    self.log_epsilon, signal, self.target_refresh, self.n_tune_iter)
         stale = refreshed or self.theta_cache is None or not np.array_equal(theta, self.theta_cache)
         diverging = False
         if self.inner == "mh":

@@ -17,7 +17,7 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.estimators.sg_gradients import SGGradient, estimator_covariance
+from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
 
@@ -60,6 +60,11 @@ def _schedule(step_size, schedule):
         "schedule must be None or 'constant' (use step_size), ('polynomial', a, b, gamma) for "
         f"ε_t = a (b + t)^-γ, or a callable t -> ε_t; got {schedule!r}."
     )
+
+
+def _check_gradient(gradient, allowed=GRADIENTS):
+    if not isinstance(gradient, str) or gradient not in allowed:
+        raise ValueError(f"gradient must be one of {', '.join(map(repr, allowed))}; got {gradient!r}.")
 
 
 def _batch_default(tall, batch_size):
@@ -115,6 +120,7 @@ class SGLD(SubsampleStep):
         self._eps = _schedule(step_size, schedule)
         self.thin = _positive(thin, "thin", integer=True)
         self.noise_adjust = bool(noise_adjust)
+        _check_gradient(gradient)  # before the (costly) centre and proxy
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz, strong_convexity=strong_convexity)
@@ -195,6 +201,7 @@ class SGHMC(SubsampleStep):
         if gradient in ("saga", "is-saga", "adaptive"):
             raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "
                              "(SAGA tables are for SGLD).")
+        _check_gradient(gradient, ("plain", "cv", "is", "full"))
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz)
