@@ -48,14 +48,15 @@ def resolve_subset_size(subset_size, n_rows: int) -> int:
 
 
 def resolve_swap_size(swap_size, n: int, n_rows: int) -> int:
-    """Rows exchanged per subset proposal: default max(1, n // 100), i.e. 1% of the subset.
+    """Rows exchanged per subset proposal: default max(1, n // 100) (1% of the subset),
+    at most the N − n rows outside it (0 when n = N: the subset cannot change).
 
     Small swaps keep ‖Δ_n(U')‖² close to ‖Δ_n(U)‖², so a large ε still accepts some
     moves; 1% also makes a refreshed subset differ from the last one by ~1% of its rows.
     """
     outside = n_rows - n
     if swap_size is None:
-        return max(1, n // 100) if outside > 0 else 0
+        return min(max(1, n // 100), outside) if outside > 0 else 0
     if isinstance(swap_size, bool) or not isinstance(swap_size, (int, np.integer)) or not (
         1 <= swap_size <= max(1, min(n, outside))
     ):
@@ -86,8 +87,10 @@ def propose_swap(rng, member, n: int, swap_size: int):
     rows : ndarray of int, shape (r,)
         Distinct rows outside U, uniform. Both choices are uniform, so R(U, U') = R(U', U).
     """
-    positions = rng.choice(n, size=swap_size, replace=False)
     n_rows = member.shape[0]
+    if swap_size > n_rows - n:
+        raise ValueError(f"cannot swap {swap_size} rows: only N - n = {n_rows - n} rows are outside U.")
+    positions = rng.choice(n, size=swap_size, replace=False)
     rows = np.empty(0, dtype=np.int64)
     while rows.size < swap_size:
         # rejection from the complement: expected N / (N - n) draws per row

@@ -97,6 +97,8 @@ def sghmc_step(rng, theta, grad_fn, step_size, num_steps, friction, mass_inv=Non
     for _ in range(num_steps):
         v = minv(p)
         theta = theta + step_size * v
+        if not np.all(np.isfinite(theta)):
+            break  # diverged: the caller rejects the trajectory; no gradient at a non-finite point
         g, info = grad_fn(theta)
         infos.append(info)
         p = p + step_size * g - step_size * friction * v + noise_sd * rng.standard_normal(d)

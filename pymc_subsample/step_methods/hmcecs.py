@@ -129,6 +129,14 @@ class HMCECS(SubsampleStep):
         _check_choice("estimator", estimator, ("perturbed", "signed"))
         _check_choice("inner", inner, ("nuts", "hmc"))
         _check_choice("mass_matrix", mass_matrix, ("laplace", "adapt"))
+        if estimator == "signed" and proxy_order != 2:
+            # With order < 2, Σq has no curvature, so |L̂| = exp(Σq)·Π|(d̂ − a)/λ| grows
+            # polynomially in the tails instead of decaying: the signed target is improper.
+            raise ValueError(
+                "The signed estimator needs proxy_order=2: with lower orders |L̂| does not decay "
+                "away from the centre and the chain drifts into the tails. Use proxy_order=2 or "
+                "estimator='perturbed'."
+            )
         base_kwargs = {k: kwargs.pop(k) for k in ("rng", "initial_point", "chunk_size") if k in kwargs}
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
         self.estimator = estimator

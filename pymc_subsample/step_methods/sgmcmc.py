@@ -27,7 +27,21 @@ _STATS = {
     "n_grad_evals": (np.int64, []),
     "step_size": (np.float64, []),
     "grad_var": (np.float64, []),
+    "diverging": (bool, []),
 }
+
+_DIVERGED = ("{name}: θ became non-finite (the chain diverged); the move was rejected and the chain "
+             "stays put. Reduce step_size, or use a lower-variance gradient (cv, adaptive, larger batch).")
+
+
+def _finite(name, state_owner, new, old):
+    """Return (θ, diverged): a non-finite update is rejected and warned about once per chain."""
+    if np.all(np.isfinite(new)):
+        return new, False
+    if not state_owner.diverge_warned:
+        state_owner.diverge_warned = True
+        warn_poor(_DIVERGED.format(name=name))
+    return old, True
 
 
 def _positive(value, name, integer=False):
@@ -76,6 +90,7 @@ class SGLDState(SubsampleStepState):
     iteration: int
     saga: object
     noise_warned: bool
+    diverge_warned: bool
 
 
 class SGLD(SubsampleStep):
@@ -124,11 +139,11 @@ class SGLD(SubsampleStep):
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz, strong_convexity=strong_convexity)
-        self.iteration, self.saga, self.noise_warned = 0, None, False
+        self.iteration, self.saga, self.noise_warned, self.diverge_warned = 0, None, False, False
 
     def astep(self, q0):
         theta = np.asarray(q0.data, dtype=float).copy()
-        evals, grad_var = 0, float("nan")
+        evals, grad_var, diverging = 0, float("nan"), False
         for _ in range(self.thin):
             eps = float(self._eps(self.iteration))
             if eps <= 0 or not np.isfinite(eps):
@@ -152,17 +167,19 @@ class SGLD(SubsampleStep):
                             "gradient noise exceeds the Langevin noise; the injected noise was clipped. "
                             "Reduce step_size or use a lower-variance gradient (cv, adaptive)."
                         )
-            theta = dyn.langevin_step(self.rng, theta, grad, eps, factor)
+            theta, div = _finite("SGLD", self, dyn.langevin_step(self.rng, theta, grad, eps, factor), theta)
+            diverging |= div
             if self.saga is not None:
                 self.saga.record_drift(eps**2 * float(grad @ grad))
             self.iteration += 1
-        stats = {"n_grad_evals": evals, "step_size": eps, "grad_var": grad_var}
+        stats = {"n_grad_evals": evals, "step_size": eps, "grad_var": grad_var, "diverging": diverging}
         return RaveledVars(theta, q0.point_map_info), [stats]
 
 
 @dataclass_state
 class SGHMCState(SubsampleStepState):
     iteration: int
+    diverge_warned: bool
 
 
 class SGHMC(SubsampleStep):
@@ -206,7 +223,7 @@ class SGHMC(SubsampleStep):
         self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz)
         self.mass_inv = self._mass_inverse(mass_matrix)
-        self.iteration = 0
+        self.iteration, self.diverge_warned = 0, False
 
     def _mass_inverse(self, mass_matrix):
         if mass_matrix is None:
@@ -233,10 +250,13 @@ class SGHMC(SubsampleStep):
             record["var"] = 0.0 if terms is None else estimator_covariance(terms, full=False)[1]
             return grad, None
 
-        theta, _ = dyn.sghmc_step(self.rng, np.asarray(q0.data, dtype=float), grad_fn, self.step_size,
-                                  self.num_steps, self.friction, self.mass_inv)
+        start = np.asarray(q0.data, dtype=float)
+        theta, _ = dyn.sghmc_step(self.rng, start, grad_fn, self.step_size, self.num_steps, self.friction,
+                                  self.mass_inv)
+        theta, diverging = _finite("SGHMC", self, theta, start)
         self.iteration += 1
-        stats = {"n_grad_evals": record["evals"], "step_size": self.step_size, "grad_var": record["var"]}
+        stats = {"n_grad_evals": record["evals"], "step_size": self.step_size, "grad_var": record["var"],
+                 "diverging": diverging}
         return RaveledVars(theta, q0.point_map_info), [stats]
 
 
@@ -247,6 +267,7 @@ class SGFSState(SubsampleStepState):
     window: object
     converged: bool
     noise_warned: bool
+    diverge_warned: bool
 
 
 class SGFS(SubsampleStep):
@@ -300,10 +321,11 @@ class SGFS(SubsampleStep):
         k_min = min(self.k_fixed or self.c, 4 * self.m / (n + self.m))
         self.window_size = math.ceil(1 / k_min)
         self.iteration, self.fisher, self.window = 0, None, None
-        self.converged, self.noise_warned = False, False
+        self.converged, self.noise_warned, self.diverge_warned = False, False, False
 
     def astep(self, q0):
-        theta = np.asarray(q0.data, dtype=float).copy()
+        start = np.asarray(q0.data, dtype=float)
+        theta = start.copy()
         n, m, d = self.tall.n_rows, self.m, self.tall.ndim
         grad, terms, evals = self.estimator(self.rng, theta)
         batch_cov = np.cov(terms / n, rowvar=False).reshape(d, d)
@@ -327,6 +349,7 @@ class SGFS(SubsampleStep):
             k = self.c
             theta = dyn.sgfs_step(self.rng, theta, grad, self.fisher, n, m, self.sgfs_eps)
             step = self.sgfs_eps
+        theta, diverging = _finite("SGFS", self, theta, start)
         if self.window is None:
             self.window = np.zeros((self.window_size, d))
         self.window[(i - 1) % self.window_size] = grad
@@ -335,7 +358,7 @@ class SGFS(SubsampleStep):
             recent = self.window[[(i - 1 - j) % self.window_size for j in range(n_win)]]
             self.converged = dyn.osgfs_convergence(recent, n_c, self.prior_prec, n, m, self.b)
         stats = {"n_grad_evals": evals, "step_size": step, "grad_var": float(np.trace(batch_cov)) * n**2 / m,
-                 "converged": self.converged}
+                 "converged": self.converged, "diverging": diverging}
         return RaveledVars(theta, q0.point_map_info), [stats]
 
 
