@@ -1,0 +1,145 @@
+"""HMC-ECS benchmark (issue 3): ESS per second against full-data PyMC NUTS and NumPyro's HMCECS,
+and time per iteration as N grows with m fixed. Everything is measured in one run.
+
+ESS/s = min over coefficients of bulk ESS / (set-up + sampling seconds). Set-up for HMC-ECS is
+the construction of the step (graphs, compilation, centre, proxy sums, pilot); NumPyro's
+HMCECS is given our centre (its MAP cost is not counted) and its time includes JAX compilation.
+
+Usage: python benchmarks/hmcecs.py [--rows 1000000] [--features 30] [--nuts-draws 200]
+       [--skip-scaling] [--skip-numpyro]
+"""
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pymc as pm
+from _synthetic import logistic_data, logistic_model
+
+import pymc_subsample as pms
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def run_hmcecs(model, m, draws, tune, seed=1):
+    with model:
+        t = time.perf_counter()
+        step = pms.HMCECS(subsample_size=m, num_blocks=100)
+        setup = time.perf_counter() - t
+        t = time.perf_counter()
+        idata = pm.sample(step=step, draws=draws, tune=tune, chains=1, random_seed=seed,
+                          progressbar=False, compute_convergence_checks=False)
+        sampling = time.perf_counter() - t
+    return idata, setup, sampling, step
+
+
+def run_nuts(model, draws, tune, seed=1):
+    with model:
+        t = time.perf_counter()
+        idata = pm.sample(draws=draws, tune=tune, chains=1, random_seed=seed, progressbar=False,
+                          compute_convergence_checks=False)
+    return idata, time.perf_counter() - t
+
+
+def run_numpyro(X, y, m, center, draws, tune, seed=1):
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import HMCECS, MCMC, NUTS
+
+    n, d = X.shape
+    Xj, yj = jnp.asarray(X), jnp.asarray(y)
+
+    def model(X, y):
+        beta = numpyro.sample("beta", dist.Normal(jnp.zeros(d), 1.0).to_event(1))
+        with numpyro.plate("N", n, subsample_size=m) as idx:
+            numpyro.sample("obs", dist.Bernoulli(logits=X[idx] @ beta), obs=y[idx])
+
+    t = time.perf_counter()
+    proxy = HMCECS.taylor_proxy({"beta": jnp.asarray(center)})
+    kernel = HMCECS(NUTS(model), num_blocks=100, proxy=proxy)
+    mcmc = MCMC(kernel, num_warmup=tune, num_samples=draws, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(seed), Xj, yj)
+    beta = np.asarray(mcmc.get_samples()["beta"])
+    seconds = time.perf_counter() - t
+    idata = az.from_dict(posterior={"beta": beta[None]})
+    return idata, seconds
+
+
+def min_ess(idata):
+    return float(az.ess(idata, var_names=["beta"])["beta"].min())
+
+
+def compare_on(name, X, y, args):
+    print(f"\n## {name}: N = {X.shape[0]}, d = {X.shape[1]}")
+    model = logistic_model(X, y)
+    idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune)
+    ess = min_ess(idata)
+    rows = [("pymc_subsample HMCECS", setup, sampling, ess, idata)]
+    ref, seconds = run_nuts(model, args.nuts_draws, args.nuts_tune)
+    rows.append(("PyMC NUTS, full data", 0.0, seconds, min_ess(ref), ref))
+    if not args.skip_numpyro:
+        try:
+            np_idata, np_seconds = run_numpyro(X, y, args.m, step.proxy.center, args.draws, args.tune)
+            rows.append(("NumPyro HMCECS (same m, G)", 0.0, np_seconds, min_ess(np_idata), np_idata))
+        except ImportError as err:
+            print(f"(NumPyro not installed: {err})")
+    print("\n| sampler | draws | set-up s | sampling s | min ESS | ESS/s |\n|---|---|---|---|---|---|")
+    ours = None
+    for label, su, sa, e, idata_ in rows:
+        n_draws = idata_.posterior.sizes["draw"]
+        rate = e / (su + sa)
+        ours = rate if ours is None else ours
+        print(f"| {label} | {n_draws} | {su:.1f} | {sa:.1f} | {e:.0f} | {rate:.3g} |")
+    for label, su, sa, e, _ in rows[1:]:
+        print(f"HMCECS ESS/s ÷ {label}: {ours / (e / (su + sa)):.1f}x")
+    print("agreement with full-data NUTS:", pms.compare(idata, ref, n_rows=X.shape[0]).summary())
+    print(f"HMCECS: m = {step.subsample_size}, mean σ̂² = {float(idata.sample_stats['loglik_var'].mean()):.3g}, "
+          f"mean subsample acceptance = {float(idata.sample_stats['subsample_accept'].mean()):.3f}")
+
+
+def scaling(args):
+    print(f"\n## time per HMC-ECS iteration with m = {args.m} fixed, d = 10 (after set-up)")
+    print("| N | set-up s | ms per iteration |\n|---|---|---|")
+    per_iter = {}
+    for n in (10**5, 10**6, 10**7):
+        X, y = logistic_data(n, 10, seed=3)
+        _, setup, sampling, _ = run_hmcecs(logistic_model(X, y), args.m, 500, 500)
+        per_iter[n] = sampling / 1000
+        print(f"| {n:.0e} | {setup:.1f} | {1e3 * per_iter[n]:.2f} |")
+        del X, y
+    print(f"ratio 1e7 / 1e5 (goal ≤ 1.25): {per_iter[10**7] / per_iter[10**5]:.2f}")
+
+
+def main(args):
+    print(f"machine: {platform.machine()}, {platform.python_version()}; m = {args.m}, G = 100, "
+          f"HMCECS {args.tune}+{args.draws}, NUTS {args.nuts_tune}+{args.nuts_draws}, 1 chain each")
+    X, y = logistic_data(args.rows, args.features)
+    compare_on("synthetic logistic regression", X, y, args)
+    del X, y
+    if (DATA / "cod-rna").exists():
+        data = pms.datasets.load_cod_rna(DATA / "cod-rna", part="all", standardize=True)
+        X = np.column_stack([np.ones(data.X.shape[0]), data.X])
+        compare_on("cod-rna (train + test), intercept + 8 standardised features", X, data.y, args)
+    else:
+        print("cod-rna skipped: ../shared/data/cod-rna is absent")
+    if not args.skip_scaling:
+        scaling(args)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--features", type=int, default=30)
+    parser.add_argument("--m", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--tune", type=int, default=1000)
+    parser.add_argument("--nuts-draws", type=int, default=200)
+    parser.add_argument("--nuts-tune", type=int, default=200)
+    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--skip-numpyro", action="store_true")
+    main(parser.parse_args())
