@@ -56,8 +56,10 @@ def numpy_perturbed(theta, center, Xu, yu, l_star, g_star, h_star, sums, n):
 
 
 def main(n_rows, n_features, repeats):
-    print(f"machine: {platform.processor() or platform.machine()}, {platform.python_version()}, "
-          f"N = {n_rows}, d = {n_features}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {platform.python_version()}, "
+        f"N = {n_rows}, d = {n_features}"
+    )
     X, y = logistic_data(n_rows, n_features)
     model = logistic_model(X, y)
 
@@ -112,14 +114,21 @@ def main(n_rows, n_features, repeats):
     print(f"| same formula, hand-written NumPy | {t_hand * 1e6:.0f} µs |")
     print(f"| ratio pymc_subsample / NumPy (goal ≤ 1) | {t_ours / t_hand:.2f} |")
     for name, k in (("per-row gradients", 0), ("per-row Hessian-vector", 1)):
-        print(f"| {name} m=1000 / m=4000 | {rows[1000][k] * 1e6:.0f} / {rows[4000][k] * 1e6:.0f} µs "
-              f"(ratio {rows[4000][k] / rows[1000][k]:.2f}, linear = 4) |")
+        print(
+            f"| {name} m=1000 / m=4000 | {rows[1000][k] * 1e6:.0f} / {rows[4000][k] * 1e6:.0f} µs "
+            f"(ratio {rows[4000][k] / rows[1000][k]:.2f}, linear = 4) |"
+        )
     print(f"| one full-data gradient pass | {t_pass:.3f} s |")
     print(f"| TallModel construction (graphs, checks, compile) | {t_model:.2f} s |")
-    print(f"| centre (subset MAP + full-data L-BFGS), first run | {t_center:.2f} s = {t_center / t_pass:.1f} passes |")
+    print(
+        f"| centre (subset MAP + full-data L-BFGS), first run | {t_center:.2f} s"
+        f" = {t_center / t_pass:.1f} passes |"
+    )
     print(f"| proxy sums (Σℓ, A, B), first run | {t_proxy:.2f} s = {t_proxy / t_pass:.1f} passes |")
-    print(f"| set-up total, first run incl. compilation (goal ≤ 15 passes) | "
-          f"{(t_center + t_proxy) / t_pass:.1f} passes |")
+    print(
+        f"| set-up total, first run incl. compilation (goal ≤ 15 passes) | "
+        f"{(t_center + t_proxy) / t_pass:.1f} passes |"
+    )
     print(f"| set-up total, warm (compiled) | {t_setup_warm:.2f} s = {t_setup_warm / t_pass:.1f} passes |")
 
 

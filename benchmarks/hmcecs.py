@@ -30,8 +30,15 @@ def run_hmcecs(model, m, draws, tune, seed=1):
         step = pms.HMCECS(subsample_size=m, num_blocks=100)
         setup = time.perf_counter() - t
         t = time.perf_counter()
-        idata = pm.sample(step=step, draws=draws, tune=tune, chains=1, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=step,
+            draws=draws,
+            tune=tune,
+            chains=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
         sampling = time.perf_counter() - t
     return idata, setup, sampling, step
 
@@ -39,8 +46,14 @@ def run_hmcecs(model, m, draws, tune, seed=1):
 def run_nuts(model, draws, tune, seed=1):
     with model:
         t = time.perf_counter()
-        idata = pm.sample(draws=draws, tune=tune, chains=1, random_seed=seed, progressbar=False,
-                          compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     return idata, time.perf_counter() - t
 
 
@@ -98,8 +111,10 @@ def compare_on(name, X, y, args):
     for label, su, sa, e, _ in rows[1:]:
         print(f"HMCECS ESS/s ÷ {label}: {ours / (e / (su + sa)):.1f}x")
     print("agreement with full-data NUTS:", pms.compare(idata, ref, n_rows=X.shape[0]).summary())
-    print(f"HMCECS: m = {step.subsample_size}, mean σ̂² = {float(idata.sample_stats['loglik_var'].mean()):.3g}, "
-          f"mean subsample acceptance = {float(idata.sample_stats['subsample_accept'].mean()):.3f}")
+    print(
+        f"HMCECS: m = {step.subsample_size}, mean σ̂² = {float(idata.sample_stats['loglik_var'].mean()):.3g}, "
+        f"mean subsample acceptance = {float(idata.sample_stats['subsample_accept'].mean()):.3f}"
+    )
 
 
 def scaling(args):
@@ -116,8 +131,10 @@ def scaling(args):
 
 
 def main(args):
-    print(f"machine: {platform.machine()}, {platform.python_version()}; m = {args.m}, G = 100, "
-          f"HMCECS {args.tune}+{args.draws}, NUTS {args.nuts_tune}+{args.nuts_draws}, 1 chain each")
+    print(
+        f"machine: {platform.machine()}, {platform.python_version()}; m = {args.m}, G = 100, "
+        f"HMCECS {args.tune}+{args.draws}, NUTS {args.nuts_tune}+{args.nuts_draws}, 1 chain each"
+    )
     X, y = logistic_data(args.rows, args.features)
     compare_on("synthetic logistic regression", X, y, args)
     del X, y

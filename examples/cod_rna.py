@@ -28,15 +28,16 @@ def load():
 
 def main():
     X, y, names, label = load()
-    with pm.Model(coords={"feature": names}) as model:
+    with pm.Model(coords={"feature": names}):
         X_ = pm.Data("X", X)
         beta = pm.Normal("beta", 0, 1, dims="feature")
         pm.Bernoulli("y", logit_p=X_ @ beta, observed=y)
         t = time.perf_counter()
         step = pms.HMCECS(subsample_size=1000)
         setup = time.perf_counter() - t
-        idata = pm.sample(step=step, draws=1000, tune=1000, chains=2, cores=1, random_seed=1,
-                          progressbar=False)
+        idata = pm.sample(
+            step=step, draws=1000, tune=1000, chains=2, cores=1, random_seed=1, progressbar=False
+        )
         reference = pm.sample(draws=500, tune=500, chains=2, cores=1, random_seed=1, progressbar=False)
     print(f"\n{label}: N = {X.shape[0]}, d = {X.shape[1]}, HMC-ECS m = {step.subsample_size}")
     print(repr(pms.compare(idata, reference, n_rows=X.shape[0], setup_seconds=setup)))

@@ -19,7 +19,7 @@ def main(n_rows=50_000, n_features=4, draws=500, tune=500, chains=2, seed=1):
     X = rng.normal(size=(n_rows, n_features))
     beta_true = rng.normal(size=n_features)
     y = (rng.random(n_rows) < 1 / (1 + np.exp(-(X @ beta_true)))).astype(float)
-    with pm.Model(coords={"feature": [f"x{j}" for j in range(n_features)]}) as model:
+    with pm.Model(coords={"feature": [f"x{j}" for j in range(n_features)]}):
         X_ = pm.Data("X", X)
         beta = pm.Normal("beta", 0, 1, dims="feature")
         pm.Bernoulli("y", logit_p=X_ @ beta, observed=y)
@@ -27,13 +27,30 @@ def main(n_rows=50_000, n_features=4, draws=500, tune=500, chains=2, seed=1):
         start = time.perf_counter()
         step = pms.HMCECS(subsample_size=1000, num_blocks=100)
         setup = time.perf_counter() - start
-        idata = pm.sample(step=step, draws=draws, tune=tune, chains=chains, cores=1,
-                          random_seed=seed, progressbar=False, compute_convergence_checks=False)
-        reference = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, random_seed=seed,
-                              progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=step,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+        reference = pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     result = pms.compare(idata, reference, n_rows=n_rows, setup_seconds=setup)
-    print(f"\nHMC-ECS (m = {step.subsample_size}, G = {step.num_blocks}, set-up {setup:.1f} s) "
-          f"against full-data NUTS, N = {n_rows}, d = {n_features}:")
+    print(
+        f"\nHMC-ECS (m = {step.subsample_size}, G = {step.num_blocks}, set-up {setup:.1f} s) "
+        f"against full-data NUTS, N = {n_rows}, d = {n_features}:"
+    )
     print(repr(result))
 
 

@@ -8,7 +8,8 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(
-    not DATA.exists(), reason="../shared/data is not present (real data sets are only on developer/CI machines)"
+    not DATA.exists(),
+    reason="../shared/data is not present (real data sets are only on developer/CI machines)",
 )
 
 

@@ -15,8 +15,8 @@ from pymc_subsample.estimators import (
     plain_gradient,
 )
 from pymc_subsample.estimators.subsampled import perturbed_value, perturbed_value_and_grad
-from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
+from pymc_subsample.subsample.batch import Subsample
 
 
 def test_difference_estimator_formulas():
@@ -126,9 +126,9 @@ def test_perturbed_gradient_matches_finite_differences(logistic_setup):
     for j in range(3):
         e = np.zeros(3)
         e[j] = eps
-        fd = (perturbed_value(tall, proxy, sub, theta + e)[0] - perturbed_value(tall, proxy, sub, theta - e)[0]) / (
-            2 * eps
-        )
+        fd = (
+            perturbed_value(tall, proxy, sub, theta + e)[0] - perturbed_value(tall, proxy, sub, theta - e)[0]
+        ) / (2 * eps)
         assert grad[j] == pytest.approx(fd, rel=1e-5, abs=1e-5)
 
 

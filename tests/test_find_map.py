@@ -43,5 +43,7 @@ def test_find_map_matches_pymc_on_skin_segmentation():
     ours = pms.find_map(model, chunk_size=20_000, progressbar=False)
     # pm.find_MAP's default tolerances stop ~0.3 short in gradient on 245k rows; tighten them
     ref = pm.find_MAP(model=model, progressbar=False, options={"ftol": 1e-15, "gtol": 1e-9, "maxcor": 20})
-    sd = np.array([0.0108, 0.0156, 0.0178, 0.0110])  # posterior sds from ../shared/data/skin/reference_nuts.json
+    sd = np.array(
+        [0.0108, 0.0156, 0.0178, 0.0110]
+    )  # posterior sds from ../shared/data/skin/reference_nuts.json
     assert np.max(np.abs(ours["beta"] - ref["beta"]) / sd) <= 1e-4

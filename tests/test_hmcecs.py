@@ -31,8 +31,13 @@ def assert_moments(draws, mean, var, ess):
 
 
 @pytest.mark.parametrize(
-    "estimator,inner,m,order", [("perturbed", "nuts", 10_000, 0), ("perturbed", "hmc", 10_000, 0),
-                                ("signed", "nuts", 100, 2), ("signed", "hmc", 100, 2)],
+    "estimator,inner,m,order",
+    [
+        ("perturbed", "nuts", 10_000, 0),
+        ("perturbed", "hmc", 10_000, 0),
+        ("signed", "nuts", 100, 2),
+        ("signed", "hmc", 100, 2),
+    ],
 )
 def test_gaussian_mean_posterior(estimator, inner, m, order):
     # Zero-order proxies make σ̂² > 0 for the perturbed estimator (higher orders are exact for
@@ -43,10 +48,18 @@ def test_gaussian_mean_posterior(estimator, inner, m, order):
     # mixes, and with ρ = 0.99 a 2000-draw chain would see only ~20 independent subsamples.
     model, mean, var = gaussian_mean_model()
     with model:
-        step = pms.HMCECS(subsample_size=m, num_blocks=2, estimator=estimator, inner=inner,
-                          proxy_order=order, rng=1)
-        idata = pm.sample(step=step, draws=2000, tune=500, chains=1, random_seed=11,
-                          progressbar=False, compute_convergence_checks=False)
+        step = pms.HMCECS(
+            subsample_size=m, num_blocks=2, estimator=estimator, inner=inner, proxy_order=order, rng=1
+        )
+        idata = pm.sample(
+            step=step,
+            draws=2000,
+            tune=500,
+            chains=1,
+            random_seed=11,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     if order == 0:
         assert float(idata.sample_stats["loglik_var"].mean()) > 0.01  # the estimator is really noisy
     mu = idata.posterior["mu"].values.ravel()
@@ -73,8 +86,15 @@ def test_reduces_to_full_data_hmc_with_all_rows_and_exact_proxy():
         assert est.value == pytest.approx(logp({"beta": theta}), rel=1e-10)
         assert est.loglik_var == pytest.approx(0.0, abs=1e-12)
     with model:
-        idata = pm.sample(step=step, draws=1000, tune=500, chains=1, random_seed=3,
-                          progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=step,
+            draws=1000,
+            tune=500,
+            chains=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     draws = idata.posterior["beta"].values.reshape(-1, 2)
     ess = az.ess(idata)["beta"].values
     for j in range(2):
@@ -88,15 +108,28 @@ def small_logistic():
 
 
 def test_chains_in_parallel_and_reproducible(small_logistic):
-    kwargs = dict(draws=50, tune=50, chains=2, random_seed=7, progressbar=False, compute_convergence_checks=False)
+    kwargs = dict(
+        draws=50, tune=50, chains=2, random_seed=7, progressbar=False, compute_convergence_checks=False
+    )
     with small_logistic:
         a = pm.sample(step=pms.HMCECS(subsample_size=200), cores=2, **kwargs)
         b = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
         c = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
     np.testing.assert_array_equal(b.posterior["beta"].values, c.posterior["beta"].values)
     assert a.posterior["beta"].shape == (2, 50, 3)
-    for stat in ("diverging", "energy", "step_size", "acceptance_rate", "n_steps", "tree_depth",
-                 "subsample_accept", "loglik_var", "n_loglik_evals", "n_grad_evals", "sign"):
+    for stat in (
+        "diverging",
+        "energy",
+        "step_size",
+        "acceptance_rate",
+        "n_steps",
+        "tree_depth",
+        "subsample_accept",
+        "loglik_var",
+        "n_loglik_evals",
+        "n_grad_evals",
+        "sign",
+    ):
         assert stat in a.sample_stats, stat
     assert not np.array_equal(b.posterior["beta"].values[0], b.posterior["beta"].values[1])
 
@@ -104,14 +137,23 @@ def test_chains_in_parallel_and_reproducible(small_logistic):
 def test_tuning_does_not_leak_between_chains_or_runs(small_logistic):
     """A step reused for a second run (after tuning and sampling) gives the same draws as a fresh
     one: no tuning state, subsample or cached estimate carries over from earlier chains."""
-    kwargs = dict(draws=20, tune=30, chains=2, cores=1, random_seed=3, progressbar=False,
-                  compute_convergence_checks=False)
+    kwargs = dict(
+        draws=20,
+        tune=30,
+        chains=2,
+        cores=1,
+        random_seed=3,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
     with small_logistic:
         step = pms.HMCECS(subsample_size=200)
         first = pm.sample(step=step, **kwargs)
         again = pm.sample(step=step, **kwargs)
     np.testing.assert_array_equal(first.posterior["beta"].values, again.posterior["beta"].values)
-    np.testing.assert_array_equal(first.sample_stats["step_size"].values, again.sample_stats["step_size"].values)
+    np.testing.assert_array_equal(
+        first.sample_stats["step_size"].values, again.sample_stats["step_size"].values
+    )
 
 
 def test_subsample_size_auto_targets_variance(small_logistic):
@@ -148,16 +190,28 @@ def test_sampling_run_with_tiny_subsample_warns(small_logistic):
     with small_logistic:
         step = pms.HMCECS(subsample_size=5, proxy_order=0, num_blocks=1, rng=0)
         with pytest.warns(UserWarning, match="σ̂²"):
-            pm.sample(step=step, draws=200, tune=10, chains=1, random_seed=1, progressbar=False,
-                      compute_convergence_checks=False)
+            pm.sample(
+                step=step,
+                draws=200,
+                tune=10,
+                chains=1,
+                random_seed=1,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
-    [({"estimator": "exact"}, "estimator must be one of"), ({"inner": "mala"}, "inner must be one of"),
-     ({"mass_matrix": "dense"}, "mass_matrix must be one of"), ({"subsample_size": 0}, "between 1 and"),
-     ({"subsample_size": 20_001}, "between 1 and"), ({"num_blocks": 0}, "num_blocks must be"),
-     ({"estimator": "signed", "proxy_order": 1}, "signed estimator needs proxy_order=2")],
+    [
+        ({"estimator": "exact"}, "estimator must be one of"),
+        ({"inner": "mala"}, "inner must be one of"),
+        ({"mass_matrix": "dense"}, "mass_matrix must be one of"),
+        ({"subsample_size": 0}, "between 1 and"),
+        ({"subsample_size": 20_001}, "between 1 and"),
+        ({"num_blocks": 0}, "num_blocks must be"),
+        ({"estimator": "signed", "proxy_order": 1}, "signed estimator needs proxy_order=2"),
+    ],
 )
 def test_bad_input(small_logistic, kwargs, match):
     with small_logistic, pytest.raises(ValueError, match=match):
@@ -168,7 +222,9 @@ def test_bad_input(small_logistic, kwargs, match):
 def test_signed_logistic_regression_against_full_data_nuts():
     X, y = logistic_data(20_000, 3, seed=8)
     with logistic_model(X, y):
-        kwargs = dict(draws=1000, tune=500, chains=2, cores=1, progressbar=False, compute_convergence_checks=False)
+        kwargs = dict(
+            draws=1000, tune=500, chains=2, cores=1, progressbar=False, compute_convergence_checks=False
+        )
         step = pms.HMCECS(subsample_size=20, estimator="signed", rng=0)
         idata = pm.sample(step=step, random_seed=4, **kwargs)
         reference = pm.sample(random_seed=5, **kwargs)
@@ -186,8 +242,16 @@ def test_skin_segmentation_against_full_data_nuts():
     X = np.column_stack([np.ones(data.X.shape[0]), data.X])
     ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
     with logistic_model(X, data.y):
-        idata = pm.sample(step=pms.HMCECS(subsample_size=1000), draws=1000, tune=500, chains=2, cores=1,
-                          random_seed=2026, progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=pms.HMCECS(subsample_size=1000),
+            draws=1000,
+            tune=500,
+            chains=2,
+            cores=1,
+            random_seed=2026,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     result = pms.compare(idata, ref)
     print(repr(result))
     assert result.table["abs_mean_diff_over_sd"].max() <= 0.1

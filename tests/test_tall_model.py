@@ -50,7 +50,9 @@ def test_subsampled_rows_equal_full_rows(name, model):
     theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
     point = tall.theta_to_point(theta)
     full_fn = model.compile_fn(
-        model.logp(vars=model.observed_RVs, sum=False), inputs=model.value_vars, point_fn=False,
+        model.logp(vars=model.observed_RVs, sum=False),
+        inputs=model.value_vars,
+        point_fn=False,
         on_unused_input="ignore",
     )
     terms = full_fn(*[point[v.name] for v in model.value_vars])

@@ -14,8 +14,17 @@ from pymc_subsample.model.tall import as_tall_model
 __all__ = ["find_map", "find_map_theta"]
 
 
-def find_map_theta(tall, *, start=None, rows=None, chunk_size=DEFAULT_CHUNK_SIZE, maxiter=500, tol=1e-9,
-                   ftol=1e-11, polish=True):
+def find_map_theta(
+    tall,
+    *,
+    start=None,
+    rows=None,
+    chunk_size=DEFAULT_CHUNK_SIZE,
+    maxiter=500,
+    tol=1e-9,
+    ftol=1e-11,
+    polish=True,
+):
     """MAP on the flat unconstrained vector; returns (theta, scipy OptimizeResult).
 
     With ``rows`` the log-likelihood of those rows is scaled by N / len(rows), so the
@@ -38,7 +47,10 @@ def find_map_theta(tall, *, start=None, rows=None, chunk_size=DEFAULT_CHUNK_SIZE
         return value, -(dlp + scale * dll)
 
     result = optimize.minimize(
-        neg_logp, theta0, jac=True, method="L-BFGS-B",
+        neg_logp,
+        theta0,
+        jac=True,
+        method="L-BFGS-B",
         options={"maxiter": maxiter, "ftol": ftol, "gtol": tol, "maxcor": 20},
     )
     theta = _newton_polish(tall, result.x, rows, scale, chunk_size) if polish else result.x
@@ -63,7 +75,8 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
 def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
     """A few exact Newton steps after L-BFGS: L-BFGS stalls at ~1e-6 relative accuracy on
     sums of 10^5+ terms (its line search sees rounding noise); Newton with the chunked
-    Hessian converges quadratically from there at the cost of ~2 passes per step."""
+    Hessian converges quadratically from there at the cost of ~2 passes per step.
+    """
     for _ in range(steps):
         _, dlp = tall.prior_value_and_grad(theta)
         _, dll, hll = chunked_sum(
@@ -79,7 +92,9 @@ def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
     return theta
 
 
-def find_map(model=None, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE, progressbar=True, start=None, maxiter=500):
+def find_map(
+    model=None, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE, progressbar=True, start=None, maxiter=500
+):
     """Full-data maximum a posteriori point, summing the log-likelihood over row chunks.
 
     Memory is bounded by one chunk of rows, so it works where ``pm.find_MAP`` would
@@ -107,8 +122,10 @@ def find_map(model=None, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE, progressba
     theta0 = None if start is None else tall.point_to_theta({**tall.initial_point, **start})
     theta, result = find_map_theta(tall, start=theta0, rows=rows, chunk_size=chunk_size, maxiter=maxiter)
     if progressbar:
-        print(f"find_map: {result.nit} L-BFGS iterations, {result.nfev} full-data passes, "
-              f"-log posterior {result.fun:.6g} ({result.message})")
+        print(
+            f"find_map: {result.nit} L-BFGS iterations, {result.nfev} full-data passes, "
+            f"-log posterior {result.fun:.6g} ({result.message})"
+        )
     if not (result.success or _converged(tall, theta)):
         warnings.warn(
             f"find_map did not converge ({result.message}); the gradient norm at the result is "

@@ -132,4 +132,3 @@ class TaylorProxy:
         if prior_hessian is not None:
             prec = prec - prior_hessian
         return prec
-

@@ -95,8 +95,14 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
             "so both flatten to the same parameters."
         )
     table = pd.DataFrame(
-        {"mean": mean, "sd": sd, "ref_mean": ref_mean, "ref_sd": ref_sd,
-         "abs_mean_diff_over_sd": np.abs(mean - ref_mean) / ref_sd, "sd_ratio": sd / ref_sd},
+        {
+            "mean": mean,
+            "sd": sd,
+            "ref_mean": ref_mean,
+            "ref_sd": ref_sd,
+            "abs_mean_diff_over_sd": np.abs(mean - ref_mean) / ref_sd,
+            "sd_ratio": sd / ref_sd,
+        },
         index=names,
     )
     cost = _cost(idata, n_rows, setup_seconds)

@@ -31,7 +31,9 @@ def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
         stop = min(start + chunk_size, n)
         batch = tall.row_slice(start, stop) if rows is None else tall.gather(rows[start:stop])
         parts = fn(theta, batch)
-        total = [np.array(p, dtype=float) for p in parts] if total is None else [
-            t + p for t, p in zip(total, parts)
-        ]
+        total = (
+            [np.array(p, dtype=float) for p in parts]
+            if total is None
+            else [t + p for t, p in zip(total, parts)]
+        )
     return tuple(total)

@@ -140,7 +140,7 @@ class TallModel:
 
     # --------------------------------------------------------------- functions
     def prior_value_and_grad(self, theta):
-        """log p(theta) (with transforms' Jacobians) and its gradient."""
+        """Log p(theta) (with transforms' Jacobians) and its gradient."""
         fn = self._compile(
             "prior", lambda: ([self.theta], [self._prior, pytensor.grad(self._prior, self.theta)])
         )

@@ -53,13 +53,24 @@ class SubsampleStep(ArrayStepShared):
     is_exact: bool = False
     _state_class = SubsampleStepState
 
-    def __init__(self, vars=None, *, model=None, center=None, proxy_order=2,
-                 chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None):
+    def __init__(
+        self,
+        vars=None,
+        *,
+        model=None,
+        center=None,
+        proxy_order=2,
+        chunk_size=DEFAULT_CHUNK_SIZE,
+        rng=None,
+        initial_point=None,
+    ):
         model = pm.modelcontext(model)
         self.tall = TallModel(model, vars)
         self.proxy = TaylorProxy(
-            self.tall, resolve_center(self.tall, center, chunk_size),
-            order=check_proxy_order(proxy_order), chunk_size=chunk_size,
+            self.tall,
+            resolve_center(self.tall, center, chunk_size),
+            order=check_proxy_order(proxy_order),
+            chunk_size=chunk_size,
         )
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)

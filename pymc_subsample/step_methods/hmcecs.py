@@ -123,9 +123,23 @@ class HMCECS(SubsampleStep):
         "tree_size": "n_steps",
     }
 
-    def __init__(self, vars=None, *, subsample_size=1000, num_blocks=100, estimator="perturbed",
-                 proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=0.8,
-                 mass_matrix="laplace", model=None, target_variance=1.0, **kwargs):
+    def __init__(
+        self,
+        vars=None,
+        *,
+        subsample_size=1000,
+        num_blocks=100,
+        estimator="perturbed",
+        proxy_order=2,
+        center=None,
+        inner="nuts",
+        trajectory_length=None,
+        target_accept=0.8,
+        mass_matrix="laplace",
+        model=None,
+        target_variance=1.0,
+        **kwargs,
+    ):
         _check_choice("estimator", estimator, ("perturbed", "signed"))
         _check_choice("inner", inner, ("nuts", "hmc"))
         _check_choice("mass_matrix", mass_matrix, ("laplace", "adapt"))
@@ -146,8 +160,9 @@ class HMCECS(SubsampleStep):
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.started = False
         self._configure_subsampling(subsample_size, num_blocks, precision)
-        self.inner = self._make_inner(inner, precision if mass_matrix == "laplace" else None,
-                                      trajectory_length, target_accept, kwargs)
+        self.inner = self._make_inner(
+            inner, precision if mass_matrix == "laplace" else None, trajectory_length, target_accept, kwargs
+        )
         self.subsample = None  # drawn with the chain's rng at its first step
         self.current = None
         self.current_theta = None
@@ -159,13 +174,17 @@ class HMCECS(SubsampleStep):
         hess = self.proxy.hess_sum
         if self.proxy.order < 2:
             kw = {} if chunk_size is None else {"chunk_size": chunk_size}
-            _, _, hess = chunked_sum(self.tall, self.tall.loglik_sum_value_grad_hessian, self.proxy.center, **kw)
+            _, _, hess = chunked_sum(
+                self.tall, self.tall.loglik_sum_value_grad_hessian, self.proxy.center, **kw
+            )
         precision = -(self.tall.prior_hessian(self.proxy.center) + hess)
         try:
             np.linalg.cholesky(precision)
         except np.linalg.LinAlgError:
-            warn_poor("The Hessian at the centre is not negative definite; using the identity as mass "
-                      "matrix. Pass a better `center` or mass_matrix='adapt'.")
+            warn_poor(
+                "The Hessian at the centre is not negative definite; using the identity as mass "
+                "matrix. Pass a better `center` or mass_matrix='adapt'."
+            )
             precision = np.eye(self.tall.ndim)
         return precision
 
@@ -198,11 +217,17 @@ class HMCECS(SubsampleStep):
         if precision is not None:
             kwargs["scaling"] = precision
             kwargs["is_cov"] = False
-        kwargs.update(vars=self.tall.value_vars, model=self.tall.model, logp_dlogp_func=self.potential,
-                      target_accept=target_accept, rng=self.rng.spawn(1)[0])
+        kwargs.update(
+            vars=self.tall.value_vars,
+            model=self.tall.model,
+            logp_dlogp_func=self.potential,
+            target_accept=target_accept,
+            rng=self.rng.spawn(1)[0],
+        )
         if inner == "hmc":
-            return pm.HamiltonianMC(path_length=1.2 if trajectory_length is None else trajectory_length,
-                                    **kwargs)
+            return pm.HamiltonianMC(
+                path_length=1.2 if trajectory_length is None else trajectory_length, **kwargs
+            )
         return pm.NUTS(**kwargs)
 
     def _draw_subsample(self):
@@ -289,18 +314,27 @@ class HMCECS(SubsampleStep):
         accept = self.diagnostics["subsample_accept"] / n
         positive = 0.5 * (1 + self.diagnostics["sign"] / n)
         checks = [
-            ("variance", mean_var > 3 * max(self.target_variance, 1.0),
-             f"HMCECS: the log-likelihood estimator's variance σ̂² averages {mean_var:.3g}, far above "
-             f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
-             "Increase subsample_size (or use subsample_size='auto'), use proxy_order=2, or pass a "
-             "center closer to the posterior mode."),
-            ("accept", accept < 0.05,
-             f"HMCECS: only {100 * accept:.1f}% of subsample updates were accepted; the chain on u "
-             "is sticky. Increase num_blocks (more correlated proposals) or subsample_size."),
-            ("sign", self.estimator == "signed" and positive < 0.6,
-             f"HMCECS: only {100 * positive:.0f}% of signed likelihood estimates were positive; "
-             "sign-weighted estimates will be very noisy. Increase subsample_size or target a "
-             "smaller target_variance."),
+            (
+                "variance",
+                mean_var > 3 * max(self.target_variance, 1.0),
+                f"HMCECS: the log-likelihood estimator's variance σ̂² averages {mean_var:.3g}, far above "
+                f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
+                "Increase subsample_size (or use subsample_size='auto'), use proxy_order=2, or pass a "
+                "center closer to the posterior mode.",
+            ),
+            (
+                "accept",
+                accept < 0.05,
+                f"HMCECS: only {100 * accept:.1f}% of subsample updates were accepted; the chain on u "
+                "is sticky. Increase num_blocks (more correlated proposals) or subsample_size.",
+            ),
+            (
+                "sign",
+                self.estimator == "signed" and positive < 0.6,
+                f"HMCECS: only {100 * positive:.0f}% of signed likelihood estimates were positive; "
+                "sign-weighted estimates will be very noisy. Increase subsample_size or target a "
+                "smaller target_variance.",
+            ),
         ]
         for key, bad, message in checks:
             if bad and key not in self.warned:

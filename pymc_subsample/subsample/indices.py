@@ -8,12 +8,12 @@ __all__ = ["block_update", "block_slices", "uniform_with_replacement", "without_
 
 
 def uniform_with_replacement(rng, n, m):
-    """m indices iid uniform on 0..n-1 (ω_k = 1/n, seed 004 eq. 4.2)."""
+    """M indices iid uniform on 0..n-1 (ω_k = 1/n, seed 004 eq. 4.2)."""
     return rng.integers(0, n, size=m)
 
 
 def without_replacement(rng, n, m):
-    """m distinct indices uniform on 0..n-1, in O(m) memory for m << n."""
+    """M distinct indices uniform on 0..n-1, in O(m) memory for m << n."""
     if m > n:
         raise ValueError(f"cannot draw {m} distinct rows out of {n}.")
     return rng.choice(n, size=m, replace=False)
