@@ -10,6 +10,23 @@ from pymc_subsample.control_variates import TaylorProxy, find_map
 from pymc_subsample.diagnostics import Comparison, compare, sign_weighted
 from pymc_subsample.model import TallModel
 from pymc_subsample.step_methods.hmcecs import HMCECS
+from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
+from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
 
-__all__ = ["HMCECS", "Comparison", "TallModel", "TaylorProxy", "compare", "datasets", "find_map", "sign_weighted"]
+__all__ = [
+    "HMCECS",
+    "ISS",
+    "SGFS",
+    "SGHMC",
+    "SGLD",
+    "Comparison",
+    "TallModel",
+    "TaylorProxy",
+    "check_refresh_rate",
+    "compare",
+    "datasets",
+    "drop_unconverged",
+    "find_map",
+    "sign_weighted",
+]
 __version__ = "0.1.0"

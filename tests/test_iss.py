@@ -7,13 +7,12 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from conftest import logistic_data, logistic_model
 from scipy.special import logsumexp
 
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
-
-from conftest import logistic_data, logistic_model
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 
@@ -133,7 +132,7 @@ def test_incremental_sums_match_recomputed():
     _sample(step, draws=300, tune=300, chains=1)
     S = step.summary
     assert np.allclose(step.subset_sum, S.row_stats(step.batch).sum(axis=0), atol=1e-8)
-    for a, b in zip(step.batch, step.tall.gather(step.subset)):
+    for a, b in zip(step.batch, step.tall.gather(step.subset), strict=True):
         assert np.array_equal(a, b)
     assert step.member.sum() == 200 and step.member[step.subset].all()
     d = S.delta(step.subset_sum, 200)
@@ -158,7 +157,7 @@ def test_bernoulli_error_shrinks_as_epsilon_grows(n):
         errs.append((err, mcse))
         print(f"n={n} eps={c / unit2:.3g} (c={c}): mean {m:.5f} sd {s:.5f} vs Beta {mean:.5f} {sd:.5f}; "
               f"W2/sd = {err:.3f} ± {mcse:.3f}")
-    for (e0, m0), (e1, m1) in zip(errs, errs[1:]):
+    for (e0, m0), (e1, m1) in zip(errs, errs[1:], strict=False):
         assert e1 <= e0 + 3 * (m0 + m1)
     assert errs[-1][0] < 0.5 * errs[0][0]
     assert errs[-1][0] < 0.3 + 3 * errs[-1][1]
@@ -200,6 +199,16 @@ def test_ar2_yule_walker_summary_beats_uniform_subsets():
     err, mcse, ratio = _ar2_run(100_000, 1000, "auto")
     assert ratio < 0.5 * ratio0 and err < 0.5 * err0
     assert ratio < 4.0
+
+
+def test_ar2_hmc_from_a_far_initial_point_rejects_out_of_support_proposals():
+    # σ starts ~4x too large: early leapfrog paths overshoot to σ = 0, which must be
+    # rejected as a divergence, not raise PyMC's ParameterValueError
+    X, y = simulate_ar2(20_000)
+    step = ISS(model=ar2_model(X, y), subset_size=200, summary=yule_walker, inner="hmc")
+    idata = _sample(step, draws=300, tune=300, chains=1)
+    sigma = idata.posterior["sigma"].values
+    assert np.all(np.isfinite(sigma)) and abs(np.median(sigma) - 1) < 0.1
 
 
 @pytest.mark.slow
@@ -246,11 +255,13 @@ def test_map_summary_runs_and_counts_newton_evaluations():
 
 # ------------------------------------------------------------ diagnostics
 def test_warns_when_refresh_rate_is_below_one_percent():
-    model, _ = bernoulli(N=300)
+    # n = N - 1 and a huge ε: the chain finds the best of the N subsets and stays there
+    X, y = logistic_data(n=300, d=2)
+    model = logistic_model(X, y)
     with model:
         step = ISS(subset_size=299, epsilon=1e6)
     with pytest.warns(UserWarning, match="refresh rate"):
-        idata = pm.sample(step=step, draws=600, tune=0, chains=1, random_seed=2, model=model, **SAMPLE)
+        idata = pm.sample(step=step, draws=1500, tune=0, chains=1, random_seed=2, model=model, **SAMPLE)
     with pytest.warns(UserWarning, match="refresh rate below"):
         rates = check_refresh_rate(idata)
     assert rates[0] < 0.01
@@ -287,3 +298,17 @@ def test_summary_with_wrong_shape_on_subsets():
         with pytest.raises(ValueError, match=r"must return shape \(1,\) on a subset"):
             step = ISS(subset_size=20, summary=summary)
             pm.sample(step=step, draws=5, tune=0, chains=1, model=model, **SAMPLE)
+
+
+def test_parallel_chains_match_sequential():
+    model, _ = bernoulli(N=2000)
+    with model:
+        step = ISS(subset_size=50, inner="hmc")
+    a = _sample(step, draws=100, tune=100, chains=2, seed=11)
+    with model:
+        step = ISS(subset_size=50, inner="hmc")  # PyMC's workers keep a reused step's `tune`
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        b = pm.sample(step=step, draws=100, tune=100, chains=2, random_seed=11, model=model,
+                      cores=2, progressbar=False, compute_convergence_checks=False)
+    assert np.allclose(a.posterior["p"].values, b.posterior["p"].values)

@@ -343,5 +343,6 @@ class SGGradient:
                 terms = saga_terms(row_grads, h, self.n)
             else:
                 terms = importance_terms(row_grads, probs, h)
-            table.update(idx, row_grads)
+            if np.all(np.isfinite(row_grads)):  # a NaN row gradient must not poison Σh forever
+                table.update(idx, row_grads)
         return prior_grad + offset + terms.mean(axis=0), terms, evals

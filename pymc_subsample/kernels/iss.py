@@ -20,6 +20,8 @@ import numpy as np
 
 __all__ = [
     "adapt_log_epsilon",
+    "check_epsilon",
+    "check_inner",
     "dual_average_init",
     "dual_average_update",
     "hmc_step",
@@ -34,7 +36,7 @@ __all__ = [
 
 
 def resolve_subset_size(subset_size, n_rows: int) -> int:
-    """n from "sqrt" (n = ⌈√N⌉, the slides' n ∝ N^{1/2}, "Implementing ISS-MCMC") or an int."""
+    """Subset size from "sqrt" (n = ⌈√N⌉, the slides' n ∝ N^{1/2}, "Implementing ISS-MCMC") or an int."""
     if isinstance(subset_size, str) and subset_size == "sqrt":
         return max(1, min(n_rows, math.ceil(math.sqrt(n_rows))))
     if isinstance(subset_size, bool) or not isinstance(subset_size, (int, np.integer)) or not (
@@ -103,7 +105,7 @@ def propose_swap(rng, member, n: int, swap_size: int):
 
 
 def subset_log_accept(epsilon: float, delta_sq: float, new_delta_sq: float) -> float:
-    """log of the subset acceptance ratio exp{−ε(‖Δ(U')‖² − ‖Δ(U)‖²)} (0 when ε = 0)."""
+    """Logarithm of the subset acceptance ratio exp{−ε(‖Δ(U')‖² − ‖Δ(U)‖²)} (0 when ε = 0)."""
     if epsilon == 0.0:
         return 0.0
     return -epsilon * (new_delta_sq - delta_sq)
@@ -171,6 +173,13 @@ def hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol, max
     -------
     theta, logp, grad, accept_prob, diverging, n_grad
     """
+    # a diverging path overflows on its way to being rejected: no need to warn about that
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol,
+                         max_energy_error)
+
+
+def _hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol, max_energy_error):
     steps = int(rng.integers(max(1, (n_steps + 1) // 2), n_steps + 1))
     p0 = rng.standard_normal(theta.shape[0])
     p = p0 + 0.5 * step_size * (chol.T @ grad)
@@ -214,3 +223,28 @@ def dual_average_update(da: dict, accept_prob: float, target: float,
     eta = t ** (-kappa)
     log_bar = eta * log_step + (1 - eta) * da["log_bar"]
     return {"log_step": log_step, "log_bar": log_bar, "h_bar": h_bar, "mu": da["mu"], "t": t}
+
+
+# ------------------------------------------------------------ validation
+def check_epsilon(epsilon, target_refresh):
+    """Validate ε ("auto" -> None) and the refresh-rate target of the ε tuning."""
+    if not (isinstance(target_refresh, (int, float)) and 0 < target_refresh <= 1):
+        raise ValueError(f"target_refresh must be a number in (0, 1]; got {target_refresh!r}.")
+    if isinstance(epsilon, str) and epsilon == "auto":
+        return None, float(target_refresh)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating, np.integer)) or not (
+        np.isfinite(epsilon) and epsilon >= 0
+    ):
+        raise ValueError(
+            f"epsilon must be 'auto' or a finite number >= 0 (0 gives uniform subsets); got {epsilon!r}."
+        )
+    return float(epsilon), float(target_refresh)
+
+
+def check_inner(inner):
+    """Validate the θ update: "mh", or "hmc" (alias "nuts")."""
+    if inner in ("mh",):
+        return "mh"
+    if inner in ("hmc", "nuts"):
+        return "hmc"
+    raise ValueError(f"inner must be 'mh', 'hmc' or 'nuts'; got {inner!r}.")

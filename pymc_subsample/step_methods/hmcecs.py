@@ -25,7 +25,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.kernels.potential import SubsampledPotential
+from pymc_subsample.kernels.potential import Estimate, SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
     draw_signed,
@@ -267,14 +267,22 @@ class HMCECS(SubsampleStep):
         before_inner = self.potential.n_rows_evaluated
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before_inner
-        self.current = self.potential.estimate(q_new.data, self.subsample)
+        loglik_var = self.current.loglik_var  # σ̂² at θ^(j-1) with the accepted u^(j)
+        if self.estimator == "perturbed":
+            # The inner sampler already evaluated the estimate at the state it returns: reuse it
+            # for the next subsample update instead of another pass over the m rows. (PyMC's HMC
+            # reports the proposal's logp even when it rejects, so only use it after a move.)
+            if not np.array_equal(q_new.data, theta):
+                self.current = Estimate(float(inner_stats["model_logp"]), None, loglik_var, 1)
+        else:  # the sign at (θ^(j), u^(j)) is needed for eq. 5.3
+            self.current = self.potential.estimate(q_new.data, self.subsample)
         self.current_theta = np.array(q_new.data, copy=True)
         stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
         stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
         stats.setdefault("tree_depth", 0)
         stats.update(
             subsample_accept=subsample_accept,
-            loglik_var=self.current.loglik_var,
+            loglik_var=loglik_var,
             n_loglik_evals=self.potential.n_rows_evaluated - evaluated_before,
             n_grad_evals=grad_rows,
             sign=self.current.sign,

@@ -14,10 +14,11 @@ import math
 
 import numpy as np
 import pymc as pm
-from scipy import optimize
+from pymc.logprob.utils import ParameterValueError
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.state import dataclass_state
+from scipy import optimize
 
 from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.kernels import iss as K
@@ -29,7 +30,7 @@ from pymc_subsample.subsample.summaries import make_summary
 __all__ = ["ISS", "ISSState", "check_refresh_rate"]
 
 MIN_REFRESH_RATE = 0.01  # the slides' advice: refresh subsets at least 1% of the time
-_WARN_AFTER = 500  # post-tuning draws before the refresh rate is judged
+_WARN_AFTER = 500  # the refresh rate is judged every 500 post-tuning draws (warns once)
 
 
 @dataclass_state
@@ -102,8 +103,9 @@ class ISS(ArrayStepShared):
     ``refresh_rate`` (fraction of accepted subset swaps so far in the current phase;
     reset when tuning stops), ``delta_norm`` (‖Δ_n(U)‖), ``epsilon``,
     ``n_loglik_evals`` (per-row likelihood evaluations this draw), ``acceptance_rate``,
-    ``step_size`` and ``diverging``. A warning is raised once per chain when the refresh
-    rate after tuning stays below 1% (see also :func:`check_refresh_rate`).
+    ``step_size`` and ``diverging``. A warning is raised (once per chain) when the refresh
+    rate after tuning is below 1% at a multiple of 500 draws, or, for a fixed ε, at the
+    end of ≥ 500 tuning iterations (see also :func:`check_refresh_rate` on the result).
     """
 
     name = "iss"
@@ -131,8 +133,8 @@ class ISS(ArrayStepShared):
         self.tall = tall
         self.n = K.resolve_subset_size(subset_size, tall.n_rows)
         self.swap_size = K.resolve_swap_size(swap_size, self.n, tall.n_rows)
-        self.epsilon, self.target_refresh = _check_epsilon(epsilon, target_refresh)
-        self.inner = _check_inner(inner)
+        self.epsilon, self.target_refresh = K.check_epsilon(epsilon, target_refresh)
+        self.inner = K.check_inner(inner)
         d = tall.ndim
         default_accept = 0.8 if self.inner == "hmc" else (0.44 if d == 1 else 0.3)
         self.target_accept = float(default_accept if target_accept is None else target_accept)
@@ -217,13 +219,21 @@ class ISS(ArrayStepShared):
         self.delta_sq = float(delta @ delta)
 
     # ----------------------------------------------------------------- targets
+    # A proposal outside the support (e.g. a scale that underflows to 0) raises PyMC's
+    # ParameterValueError; it is a point of zero density, so it becomes -inf (rejected).
     def _logp(self, theta):
-        lp, _ = self.tall.prior_value_and_grad(theta)
-        return float(lp) + self.scale * float(np.sum(self.tall.loglik_rows(theta, self.batch)))
+        try:
+            lp, _ = self.tall.prior_value_and_grad(theta)
+            return float(lp) + self.scale * float(np.sum(self.tall.loglik_rows(theta, self.batch)))
+        except ParameterValueError:
+            return -np.inf
 
     def _logp_grad(self, theta, batch=None):
-        lp, dlp = self.tall.prior_value_and_grad(theta)
-        ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch if batch is None else batch)
+        try:
+            lp, dlp = self.tall.prior_value_and_grad(theta)
+            ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch if batch is None else batch)
+        except ParameterValueError:
+            return -np.inf, np.zeros_like(theta)
         return float(lp) + self.scale * float(ll), dlp + self.scale * dll
 
     # -------------------------------------------------------------------- step
@@ -239,7 +249,7 @@ class ISS(ArrayStepShared):
             new_delta = S.delta(new_sum, n)
         else:
             cand = tuple(a.copy() for a in self.batch)
-            for a, r in zip(cand, new_rows):
+            for a, r in zip(cand, new_rows, strict=True):
                 a[pos] = r
             value, warm = S.value(cand, self.summary_warm)
             new_delta = S.delta(value)
@@ -255,7 +265,7 @@ class ISS(ArrayStepShared):
             self.member[rows] = True
             self.subset[pos] = rows
             if S.incremental:
-                for a, r in zip(self.batch, new_rows):
+                for a, r in zip(self.batch, new_rows, strict=True):
                     a[pos] = r
                 self.subset_sum = new_sum
             else:
@@ -288,12 +298,15 @@ class ISS(ArrayStepShared):
             evals += self.n
             if self.tune:
                 # same Robbins–Monro rule as for log ε, on the acceptance probability
-                self.log_scale = K.adapt_log_epsilon(self.log_scale, acc, self.target_accept, self.n_tune_iter)
+                self.log_scale = K.adapt_log_epsilon(
+                    self.log_scale, acc, self.target_accept, self.n_tune_iter)
         else:
             if stale:
                 self.logp_cache, self.grad_cache = self._logp_grad(theta)
                 evals += self.n
-            step = math.exp(self.da["log_step"] if self.tune else self.da["log_bar"])
+            # after tuning: the dual-averaged step (the last one if there was no tuning)
+            tuned = not self.tune and self.da["t"] > 0
+            step = math.exp(self.da["log_bar"] if tuned else self.da["log_step"])
             theta, self.logp_cache, self.grad_cache, acc, diverging, n_grad = K.hmc_step(
                 self.rng, theta, self.logp_cache, self.grad_cache, self._logp_grad, step,
                 self.n_leapfrog, self.chol)
@@ -316,9 +329,21 @@ class ISS(ArrayStepShared):
     # ------------------------------------------------------------- diagnostics
     def _maybe_warn(self, rate):
         if (not self.tune and not self.warned and self.swap_size > 0
-                and self.n_phase_iter >= _WARN_AFTER and rate < MIN_REFRESH_RATE):
+                and self.n_phase_iter % _WARN_AFTER == 0 and rate < MIN_REFRESH_RATE):
             self.warned = True
             warn_poor(_refresh_message(rate, self.n_phase_iter))
+
+    def reset_tuning(self):
+        """Forget the chain's subset, ε and step sizes (called at each chain's start)."""
+        self._init_state_fields()
+
+    def set_rng(self, rng):
+        """``pm.sample`` hands each chain its generator here, in the main process and in
+        worker processes alike (workers neither restore ``sampling_state`` nor call
+        ``reset_tuning``), so this is where a chain's own state starts afresh.
+        """
+        super().set_rng(rng)
+        self._init_state_fields()
 
     def stop_tuning(self):
         if self.subset is not None:
@@ -365,25 +390,3 @@ def check_refresh_rate(idata, threshold=MIN_REFRESH_RATE):
             f"(rates {np.round(rates[bad], 4).tolist()}); lower epsilon or use epsilon='auto'."
         )
     return rates
-
-
-def _check_epsilon(epsilon, target_refresh):
-    if not (isinstance(target_refresh, (int, float)) and 0 < target_refresh <= 1):
-        raise ValueError(f"target_refresh must be a number in (0, 1]; got {target_refresh!r}.")
-    if isinstance(epsilon, str) and epsilon == "auto":
-        return None, float(target_refresh)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating, np.integer)) or not (
-        np.isfinite(epsilon) and epsilon >= 0
-    ):
-        raise ValueError(
-            f"epsilon must be 'auto' or a finite number >= 0 (0 gives uniform subsets); got {epsilon!r}."
-        )
-    return float(epsilon), float(target_refresh)
-
-
-def _check_inner(inner):
-    if inner in ("mh",):
-        return "mh"
-    if inner in ("hmc", "nuts"):
-        return "hmc"
-    raise ValueError(f"inner must be 'mh', 'hmc' or 'nuts'; got {inner!r}.")

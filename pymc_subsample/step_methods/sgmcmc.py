@@ -158,7 +158,7 @@ class SGLD(SubsampleStep):
                 grad_var = 0.0
             else:
                 cov, grad_var = estimator_covariance(terms, full=self.noise_adjust)
-                if cov is not None:
+                if cov is not None and np.all(np.isfinite(cov)):
                     factor, ok = dyn.adjusted_noise_factor(eps, cov)
                     if not ok and not self.noise_warned:
                         self.noise_warned = True
@@ -169,8 +169,8 @@ class SGLD(SubsampleStep):
                         )
             theta, div = _finite("SGLD", self, dyn.langevin_step(self.rng, theta, grad, eps, factor), theta)
             diverging |= div
-            if self.saga is not None:
-                self.saga.record_drift(eps**2 * float(grad @ grad))
+            if self.saga is not None:  # a rejected non-finite step must not poison the drift sum
+                self.saga.record_drift(0.0 if div else eps**2 * float(grad @ grad))
             self.iteration += 1
         stats = {"n_grad_evals": evals, "step_size": eps, "grad_var": grad_var, "diverging": diverging}
         return RaveledVars(theta, q0.point_map_info), [stats]

@@ -139,7 +139,7 @@ class CallableSummary:
 
     def value(self, batch, warm=None):
         """S(Y_U) for the rows ``batch``; ``warm`` is unused (kept for a common interface)."""
-        return self._call(dict(zip(self._names, batch)), "a subset"), None
+        return self._call(dict(zip(self._names, batch, strict=True)), "a subset"), None
 
     def delta(self, value) -> np.ndarray:
         return self.full_value - value
