@@ -11,7 +11,9 @@ from pymc_subsample.diagnostics import Comparison, compare, sign_weighted
 from pymc_subsample.model import TallModel
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
+from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
+from pymc_subsample.step_methods.subsample_mh import SubsampleMH
 
 __all__ = [
     "HMCECS",
@@ -19,6 +21,7 @@ __all__ = [
     "SGFS",
     "SGHMC",
     "SGLD",
+    "SubsampleMH",
     "Comparison",
     "TallModel",
     "TaylorProxy",
@@ -27,6 +30,7 @@ __all__ = [
     "datasets",
     "drop_unconverged",
     "find_map",
+    "logistic_range_bound",
     "sign_weighted",
 ]
 __version__ = "0.1.0"

@@ -179,7 +179,7 @@ def test_pseudo_marginal_recovers_gaussian_posterior():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("test", ["austerity", "barker", "two-sample", "confidence"])
+@pytest.mark.parametrize("test", ["austerity", "barker", "two-sample", "confidence", "exact"])
 def test_sequential_tests_gaussian_posterior_within_documented_bias(test):
     kwargs = {"proxy_order": 1, "subsample_size": 50}
     if test == "confidence":
@@ -209,6 +209,20 @@ def test_same_seed_same_draws_and_chains_reset():
     first = idata.warmup_sample_stats.scale.values[:, 0]
     allowed = scale0 * np.exp(np.array([1 - 0.234, -0.234]) / 10**0.6)
     assert all(np.isclose(f, allowed).any() for f in first)
+
+
+@pytest.mark.slow
+def test_cores_2_gives_the_same_draws_as_cores_1():
+    X, y = logistic_data(n=1000, d=2)
+    draws = []
+    for cores in (1, 2):
+        with logistic_model(X, y):
+            # the empirical range bound is a closure: the step must survive cloudpickle
+            step = SubsampleMH(test="confidence", range_bound="empirical", subsample_size=50)
+            idata = pm.sample(step=step, draws=100, tune=100, chains=2, cores=cores, random_seed=3,
+                              progressbar=False, compute_convergence_checks=False)
+        draws.append(idata.posterior["beta"].values)
+    np.testing.assert_array_equal(draws[0], draws[1])
 
 
 # ------------------------------------------------------------------------- real data

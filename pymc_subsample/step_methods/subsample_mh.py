@@ -98,7 +98,15 @@ class SubsampleMH(SubsampleStep):
     * confidence (seed 002): each decision is wrong with probability ≤ δ given a valid
       range bound; the stationary law is within O(δ) in TV of the posterior.
     * barker (seed 001): the CLT-normal approximation of Δ* gives an O(1/√b) error in
-      the acceptance probability.
+      the acceptance probability (seed 001, "Bounding acceptance probability error").
+    * exact: full-data MH, the reference (``is_exact`` True, N evaluations per step).
+
+    Stats: ``accept`` is min(1, e^Δ̂) for pseudo-marginal and exact MH and the 0/1
+    decision for sequential tests; ``batch_size`` the rows read for the decision;
+    ``n_loglik_evals`` counts per-row evaluations of ℓ_k at θ, θ' and, for the proxy
+    terms of rows entering a subsample, at θ*; ``loglik_var`` is σ̂² of the current
+    estimate (pseudo-marginal) or the variance estimate of Δ̂ at decision (austerity,
+    barker, two-sample; nan for confidence, 0 when all N rows were read).
     """
 
     _state_class = SubsampleMHState
