@@ -57,21 +57,6 @@ def find_map_theta(
     return theta, result
 
 
-def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0):
-    """A centre θ* for control variates: MAP of a random subset, refined on the full data.
-
-    θ* need not be the exact mode, only close to it (seed 004 §4.2, Corollary 1 of Quiroz
-    et al.), so the full-data L-BFGS starts from the subset MAP and stops at a relative
-    tolerance of 1e-9, without Newton polishing: this keeps set-up to a few full passes.
-    """
-    start = None
-    if tall.n_rows > 2 * warm_rows:
-        rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
-        start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
-    theta, _ = find_map_theta(tall, start=start, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
-    return theta
-
-
 def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
     """A few exact Newton steps after L-BFGS: L-BFGS stalls at ~1e-6 relative accuracy on
     sums of 10^5+ terms (its line search sees rounding noise); Newton with the chunked
@@ -90,6 +75,34 @@ def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
             return theta  # not locally concave: keep the L-BFGS point
         theta = theta - np.linalg.solve(hess, grad)
     return theta
+
+
+def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0):
+    """A centre θ* for control variates: MAP of a random subset, then one full-data Newton step.
+
+    θ* need not be the exact mode, only close to it (seed 004 §4.2, Corollary 1 of Quiroz
+    et al.). The subset MAP is ~sqrt(N/n) posterior sds from the mode; one exact Newton step
+    with the chunked full-data Hessian (about 8 gradient passes) brings it to a small fraction
+    of a posterior sd, where full-data L-BFGS would need 15-25 passes. If the step does not
+    improve the log posterior, full-data L-BFGS takes over.
+    """
+    if tall.n_rows <= 2 * warm_rows:
+        theta, _ = find_map_theta(tall, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
+        return theta
+    rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
+    start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
+    theta = _newton_polish(tall, start, None, 1.0, chunk_size, steps=1)
+    if _log_posterior(tall, theta, chunk_size) > _log_posterior(tall, start, chunk_size):
+        return theta
+    theta, _ = find_map_theta(tall, start=start, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
+    return theta
+
+
+def _log_posterior(tall, theta, chunk_size):
+    prior, _ = tall.prior_value_and_grad(theta)
+    loglik, _ = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
+    value = float(prior) + float(loglik)
+    return value if np.isfinite(value) else -np.inf
 
 
 def find_map(
