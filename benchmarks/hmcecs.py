@@ -17,8 +17,8 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
-from pymc.blocking import DictToArrayBijection
 from _synthetic import logistic_data, logistic_model
+from pymc.blocking import DictToArrayBijection
 
 import pymc_subsample as pms
 
@@ -142,7 +142,8 @@ def time_iterations(step, tune=200, iterations=500, seed=1):
 
 
 def scaling(args):
-    print(f"\n## time per HMC-ECS iteration with m = {args.m} fixed, d = 10 (after set-up and 200 tuning steps)")
+    print(f"\n## time per HMC-ECS iteration with m = {args.m} fixed, d = 10 "
+          "(after set-up and 200 tuning steps)")
     print("| N | set-up s | ms per iteration | potential evaluations per iteration | µs per evaluation |")
     print("|---|---|---|---|---|")
     per_iter, per_eval = {}, {}

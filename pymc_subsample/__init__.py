@@ -8,10 +8,10 @@ state (it does not register step methods with PyMC).
 from pymc_subsample import datasets
 from pymc_subsample.control_variates import TaylorProxy, find_map
 from pymc_subsample.diagnostics import Comparison, compare, sign_weighted
+from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.model import TallModel
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
-from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
 
