@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -39,34 +40,11 @@ from scipy.special import logsumexp
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.step_methods.iss import ISS
 
+# one AR(2) set-up (simulator, PyMC model, Yule-Walker summary) for the tests and this benchmark
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_iss import ar2_model, simulate_ar2, yule_walker  # noqa: E402
+
 OUT = Path(__file__).resolve().parent / "out_iss"
-
-
-def simulate_ar2(N, phi=(0.6, -0.3), sigma=1.0, seed=3):
-    rng = np.random.default_rng(seed)
-    e = rng.normal(0, sigma, N + 102)
-    y = np.zeros(N + 102)
-    for t in range(2, N + 102):
-        y[t] = phi[0] * y[t - 1] + phi[1] * y[t - 2] + e[t]
-    y = y[100:]
-    return np.column_stack([y[1:-1], y[:-2]]), y[2:]
-
-
-def ar2_model(X, y, tau=10.0, sigma_sd=5.0):
-    with pm.Model() as model:
-        X_ = pm.Data("X", X)
-        y_ = pm.Data("y_obs", y)
-        theta = pm.Normal("theta", 0, tau, shape=2)
-        sigma = pm.HalfNormal("sigma", sigma_sd)
-        pm.Normal("y", mu=X_ @ theta, sigma=sigma, observed=y_)
-    return model
-
-
-def yule_walker(rows):
-    X, y = rows["X"], rows["y_obs"]
-    g0, g1, g2 = np.mean(y * y), np.mean(y * X[:, 0]), np.mean(y * X[:, 1])
-    phi = np.linalg.solve([[g0, g1], [g1, g0]], [g1, g2])
-    return np.array([phi[0], phi[1], g0 - phi @ [g1, g2]])
 
 
 def sigma_reference(X, y, tau=10.0, sigma_sd=5.0):
