@@ -96,30 +96,26 @@ class TaylorProxy:
     def rows_value_and_grad(self, theta, terms: RowProxyTerms, batch):
         """q_k(θ) (m,) and ∇q_k(θ) (m, d) for the rows of ``batch``."""
         v = np.asarray(theta) - self.center
-        if self.order == 0:
-            return terms.loglik.copy(), np.zeros_like(terms.grad)
-        value = terms.loglik + terms.grad @ v
-        grad = terms.grad
-        if self.order == 2:
-            hv = self.tall.rows_hessian_vector(self.center, v, batch)
-            value = value + 0.5 * (hv @ v)
-            grad = grad + hv
-        return value, grad
+        hv = self.tall.rows_hessian_vector(self.center, v, batch) if self.order == 2 else None
+        return self._rows_proxy(v, terms, hv)
 
     def rows_loglik_and_proxy(self, theta, terms: RowProxyTerms, batch):
         """ℓ_k(θ), ∇ℓ_k(θ), q_k(θ), ∇q_k(θ) for the rows of ``batch`` in one compiled call."""
         v = np.asarray(theta) - self.center
         out = self.tall.rows_with_proxy_terms(theta, self.center, batch, self.order)
-        loglik, loglik_grads = out[0], out[1]
+        q, q_grads = self._rows_proxy(v, terms, out[2] if self.order == 2 else None)
+        return out[0], out[1], q, q_grads
+
+    def _rows_proxy(self, v, terms: RowProxyTerms, hv):
+        """q_k = ℓ_k(θ*) + ∇ℓ_k(θ*)ᵀv + ½ vᵀH_k v and its gradient, truncated at ``order``."""
         if self.order == 0:
-            return loglik, loglik_grads, terms.loglik, 0.0
-        q = terms.loglik + terms.grad @ v
-        q_grads = terms.grad
+            return terms.loglik.copy(), np.zeros_like(terms.grad)
+        value = terms.loglik + terms.grad @ v
+        grad = terms.grad
         if self.order == 2:
-            hv = out[2]
-            q = q + 0.5 * (hv @ v)
-            q_grads = q_grads + hv
-        return loglik, loglik_grads, q, q_grads
+            value = value + 0.5 * (hv @ v)
+            grad = grad + hv
+        return value, grad
 
     def rows_value(self, theta, terms: RowProxyTerms, batch):
         """q_k(θ) only (what gradient-free kernels need)."""

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_subsample.estimators.loglik import block_poisson, combine_gradient, perturbed_loglik
+from pymc_subsample.estimators.loglik import block_poisson, combine_gradient
+from pymc_subsample.estimators.subsampled import perturbed_value_and_grad
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]
@@ -85,10 +86,7 @@ class SubsampledPotential:
         return Estimate(float(prior) + value, prior_grad + grad, var, sign)
 
     def _perturbed(self, theta, sub):
-        loglik, loglik_grads, q, q_grads = self.proxy.rows_loglik_and_proxy(theta, sub.terms, sub.batch)
-        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
-        value, weights, sigma2 = perturbed_loglik(loglik - q, self.tall.n_rows, sum_q)
-        return value, combine_gradient(sum_q_grad, weights, loglik_grads, q_grads), sigma2
+        return perturbed_value_and_grad(self.tall, self.proxy, sub, theta)
 
     def _signed(self, theta, sub: SignedSubsample):
         sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
