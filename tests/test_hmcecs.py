@@ -162,7 +162,7 @@ def test_subsample_size_auto_targets_variance(small_logistic):
     assert 10 <= step.subsample_size <= 20_000
     # σ̂² at fresh Laplace draws: its 90% quantile is what "auto" aims at the target
     rng = np.random.default_rng(1)
-    precision = step._laplace_precision(None)
+    precision = step.target.laplace_precision()
     thetas = step.proxy.center + rng.standard_normal((40, 3)) @ np.linalg.cholesky(np.linalg.inv(precision)).T
     step.rng = rng
     variances = [step.potential.estimate(t, step._draw_subsample()).loglik_var for t in thetas]

@@ -1,6 +1,6 @@
-"""Control variates: the centre θ* and Taylor proxies q_k around it."""
+"""Control variates: the centre θ* and Taylor proxies of each row's log-likelihood."""
 
 from pymc_subsample.control_variates.center import find_map
-from pymc_subsample.control_variates.taylor import RowProxyTerms, TaylorProxy, check_proxy_order
+from pymc_subsample.control_variates.taylor import TaylorProxy, check_proxy_order
 
-__all__ = ["RowProxyTerms", "TaylorProxy", "check_proxy_order", "find_map"]
+__all__ = ["TaylorProxy", "check_proxy_order", "find_map"]

@@ -3,20 +3,22 @@
 q_k(θ) = ℓ_k(θ*) + ∇ℓ_k(θ*)ᵀ v + ½ vᵀ H_k(θ*) v, with v = θ − θ*, truncated at
 ``order`` 0, 1 or 2. The full-data sum Σ_k q_k(θ) = Σℓ_k(θ*) + Aᵀv + ½ vᵀBv needs
 only the three sums computed once in chunks (A, B of eq. 4.7), so it costs O(d²).
-Per-row terms on a subsample use per-row gradients at θ* (computed once per row
-when it enters the subsample) and the per-row Hessian-vector product H_k v,
-never the m x d x d Hessians.
+Per-row terms on a subsample are directional derivatives of the batch graph at θ*
+along v (forward mode, O(m)): ∇ℓ_k(θ*)ᵀv and vᵀH_k(θ*)v, never per-row gradients
+or m x d x d Hessians (DESIGN step 5).
+
+B is computed for every order, because the Laplace precision −(∇²log p(θ*) + B)
+(mass matrix, proposal scale, SG preconditioner) needs it whatever the order of the
+control variates: one pass, one correct computation.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 
-__all__ = ["RowProxyTerms", "TaylorProxy", "check_proxy_order"]
+__all__ = ["TaylorProxy", "check_proxy_order"]
 
 
 def check_proxy_order(order) -> int:
@@ -29,21 +31,6 @@ def check_proxy_order(order) -> int:
     return int(order)
 
 
-@dataclass
-class RowProxyTerms:
-    """ℓ_k(θ*) (m,) and ∇ℓ_k(θ*) (m, d) for the rows of one batch."""
-
-    loglik: np.ndarray
-    grad: np.ndarray
-
-    def take(self, positions):
-        return RowProxyTerms(self.loglik[positions], self.grad[positions])
-
-    def put(self, positions, other: RowProxyTerms):
-        self.loglik[positions] = other.loglik
-        self.grad[positions] = other.grad
-
-
 class TaylorProxy:
     """Control variates of order 0, 1 or 2 around ``center`` for a TallModel.
 
@@ -51,7 +38,7 @@ class TaylorProxy:
     ----------
     tall : TallModel
     center : ndarray, shape (d,)
-        θ*, usually the full-data MAP (``pms.find_map``).
+        θ*, close to the full-data mode.
     order : {0, 1, 2}
     chunk_size : int
         Rows per chunk of the full-data pass that computes the sums.
@@ -61,16 +48,9 @@ class TaylorProxy:
         self.tall = tall
         self.order = check_proxy_order(order)
         self.center = np.asarray(center, dtype=float).copy()
-        d = tall.ndim
-        if order == 2:
-            self.loglik_sum, self.grad_sum, self.hess_sum = chunked_sum(
-                tall, tall.loglik_sum_value_grad_hessian, self.center, chunk_size=chunk_size
-            )
-        else:
-            self.loglik_sum, self.grad_sum = chunked_sum(
-                tall, tall.loglik_sum_value_and_grad, self.center, chunk_size=chunk_size
-            )
-            self.hess_sum = np.zeros((d, d))
+        self.loglik_sum, self.grad_sum, self.hess_sum = chunked_sum(
+            tall, tall.loglik_sum_value_grad_hessian, self.center, chunk_size=chunk_size
+        )
         self.loglik_sum = float(self.loglik_sum)
 
     # --------------------------------------------------------------- full sums
@@ -88,43 +68,38 @@ class TaylorProxy:
         return float(value), grad
 
     # ----------------------------------------------------------------- per row
-    def row_terms(self, batch) -> RowProxyTerms:
-        """ℓ_k(θ*) and ∇ℓ_k(θ*) for the rows of ``batch`` (once per row entering a subsample)."""
-        loglik, grad = self.tall.loglik_rows_and_grads(self.center, batch)
-        return RowProxyTerms(np.asarray(loglik), np.asarray(grad))
+    def rows_value(self, theta, batch):
+        """q_k(θ) (m,) for the rows of ``batch``: one forward-mode call at θ* along v."""
+        v = np.asarray(theta, dtype=float) - self.center
+        at_center, slope, curvature = self.tall.rows_directional(self.center, v, v, batch)
+        return truncate(self.order, at_center, slope, curvature)
 
-    def rows_value_and_grad(self, theta, terms: RowProxyTerms, batch):
-        """q_k(θ) (m,) and ∇q_k(θ) (m, d) for the rows of ``batch``."""
-        v = np.asarray(theta) - self.center
-        hv = self.tall.rows_hessian_vector(self.center, v, batch) if self.order == 2 else None
-        return self._rows_proxy(v, terms, hv)
-
-    def rows_loglik_and_proxy(self, theta, terms: RowProxyTerms, batch):
-        """ℓ_k(θ), ∇ℓ_k(θ), q_k(θ), ∇q_k(θ) for the rows of ``batch`` in one compiled call."""
-        v = np.asarray(theta) - self.center
-        out = self.tall.rows_with_proxy_terms(theta, self.center, batch, self.order)
-        q, q_grads = self._rows_proxy(v, terms, out[2] if self.order == 2 else None)
-        return out[0], out[1], q, q_grads
-
-    def _rows_proxy(self, v, terms: RowProxyTerms, hv):
-        """q_k = ℓ_k(θ*) + ∇ℓ_k(θ*)ᵀv + ½ vᵀH_k v and its gradient, truncated at ``order``."""
+    def rows_value_and_grad(self, theta, batch):
+        """q_k(θ) (m,) and ∇q_k(θ) = ∇ℓ_k(θ*) + H_k(θ*)v (m, d), for SG estimators that
+        keep per-row terms (2d forward passes over the batch)."""
+        v = np.asarray(theta, dtype=float) - self.center
+        q = self.rows_value(theta, batch)
         if self.order == 0:
-            return terms.loglik.copy(), np.zeros_like(terms.grad)
-        value = terms.loglik + terms.grad @ v
-        grad = terms.grad
+            return q, np.zeros((q.shape[0], v.size))
+        _, grads = self.tall.loglik_rows_and_grads(self.center, batch)
         if self.order == 2:
-            value = value + 0.5 * (hv @ v)
-            grad = grad + hv
-        return value, grad
-
-    def rows_value(self, theta, terms: RowProxyTerms, batch):
-        """q_k(θ) only (what gradient-free kernels need)."""
-        return self.rows_value_and_grad(theta, terms, batch)[0]
+            grads = grads + self.tall.rows_hessian_vector(self.center, v, batch)
+        return q, grads
 
     # ----------------------------------------------------------------- helpers
     def laplace_precision(self, prior_hessian=None):
-        """−(prior Hessian + B): the Laplace precision at the centre (mass matrix of HMC-ECS)."""
+        """−(prior Hessian + B): the Laplace precision at the centre, for every order."""
         prec = -self.hess_sum
         if prior_hessian is not None:
             prec = prec - prior_hessian
         return prec
+
+
+def truncate(order, at_center, slope, curvature):
+    """q = ℓ(θ*) + slope + ½ curvature, truncated at ``order`` (arrays or PyTensor tensors)."""
+    q = at_center
+    if order >= 1:
+        q = q + slope
+    if order == 2:
+        q = q + 0.5 * curvature
+    return q

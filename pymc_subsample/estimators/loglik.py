@@ -1,15 +1,17 @@
 """Subsampled log-likelihood estimators (seed 004 §4-5) as plain array functions.
 
 Every estimator takes the per-row differences d_i = ℓ_{u_i}(θ) − q_{u_i}(θ) of a
-subsample u drawn uniformly with replacement (ω_k = 1/n) and returns its value
-together with ``weights`` = ∂value/∂d_i. The gradient of the estimate with respect
-to θ is then, exactly,
+subsample u drawn uniformly with replacement (ω_k = 1/n). The NumPy functions here
+return ``weights`` = ∂value/∂d_i too, so that the gradient of the estimate is
 
-    ∇Σ_k q_k(θ) + Σ_i weights_i (∇ℓ_{u_i}(θ) − ∇q_{u_i}(θ)),
+    ∇Σ_k q_k(θ) + Σ_i weights_i (∇ℓ_{u_i}(θ) − ∇q_{u_i}(θ))      (:func:`combine_gradient`).
 
-which :func:`combine_gradient` computes. This keeps estimators free of autodiff
-and of sampler state, and makes the exact gradient of the perturbed estimator
-(autodiff through σ̂², DESIGN step 6) a two-line formula.
+The samplers do not assemble that sum from per-row gradients: the value formulas
+(:func:`difference_parts`, :func:`block_poisson_log_abs`) are written so that they run
+on PyTensor tensors too, and :class:`~pymc_subsample.estimators.target.SubsampledTarget`
+differentiates them in one compiled graph; reverse mode then computes exactly the
+weights above and the VJPs/HVP of DESIGN step 3. The weights stay here as the
+analytic reference the tests check that graph against.
 """
 
 from __future__ import annotations
@@ -18,10 +20,25 @@ import numpy as np
 
 __all__ = [
     "block_poisson",
+    "block_poisson_log_abs",
+    "block_poisson_sign",
+    "difference_parts",
     "combine_gradient",
     "difference_estimator",
     "perturbed_loglik",
 ]
+
+
+def difference_parts(d, n):
+    """n·d̄ and σ̂² = (n²/m²) Σ_i (d_i − d̄)² (eqs. 4.1-4.3) of a NumPy array *or* PyTensor vector.
+
+    Written with operators and methods both backends share, so the sampler's compiled
+    graph (:class:`~pymc_subsample.estimators.target.SubsampledTarget`) and the NumPy
+    estimators below are one formula.
+    """
+    m = d.shape[0]
+    mean = d.mean()
+    return n * mean, (n * n) / (m * m) * ((d - mean) ** 2).sum()
 
 
 def difference_estimator(d, n, sum_q=0.0):
@@ -43,12 +60,8 @@ def difference_estimator(d, n, sum_q=0.0):
     sigma2_hat : float
         σ̂²_m = (n²/m²) Σ_i (d_i − d̄)² (eq. 4.3).
     """
-    d = np.asarray(d, dtype=float)
-    m = d.shape[0]
-    mean = d.mean()
-    loglik_hat = sum_q + n * mean
-    sigma2_hat = (n * n) / (m * m) * np.sum((d - mean) ** 2)
-    return float(loglik_hat), float(sigma2_hat)
+    total, sigma2_hat = difference_parts(np.asarray(d, dtype=float), n)
+    return float(sum_q + total), float(sigma2_hat)
 
 
 def perturbed_loglik(d, n, sum_q=0.0):
@@ -103,13 +116,22 @@ def block_poisson(d_batches, n, a, lam, sum_q=0.0):
     m = d_batches.shape[1] if d_batches.size else 1
     d_hat = (n / m) * d_batches.sum(axis=1)
     factors = (d_hat - a) / lam
-    sign = int(np.prod(np.sign(factors))) if factors.size else 1
-    if sign == 0:
-        sign = 1  # a factor exactly zero has measure zero; keep the chain defined
     with np.errstate(divide="ignore"):
-        log_abs = sum_q + a + lam + float(np.sum(np.log(np.abs(factors))))
+        log_abs = sum_q + block_poisson_log_abs(d_hat, a, lam, np.log)
         weights = np.broadcast_to(((n / m) / (d_hat - a))[:, None], d_batches.shape).copy()
-    return float(log_abs), sign, weights
+    return float(log_abs), block_poisson_sign(d_hat, a), weights
+
+
+def block_poisson_log_abs(d_hat, a, lam, log):
+    """log|L̂| − Σq = a + λ + Σ_b log|(d̂_b − a)/λ| (eq. 5.1), NumPy or PyTensor (``log``)."""
+    return a + lam + log(abs((d_hat - a) / lam)).sum()
+
+
+def block_poisson_sign(d_hat, a) -> int:
+    """Sign of the block-Poisson estimate: the product of the signs of d̂_b − a."""
+    d_hat = np.asarray(d_hat, dtype=float)
+    sign = int(np.prod(np.sign(d_hat - a))) if d_hat.size else 1
+    return sign if sign != 0 else 1  # a factor exactly zero has measure zero
 
 
 def combine_gradient(sum_q_grad, weights, loglik_grads, proxy_grads):

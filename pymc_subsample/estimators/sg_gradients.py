@@ -263,13 +263,14 @@ class SGGradient:
         μ of p_k ∝ μN + L_k; ``"auto"`` uses λ_min of the Laplace precision at θ* / N.
     """
 
-    def __init__(self, tall, proxy, gradient, batch_size, *, lipschitz=None, strong_convexity=None,
+    def __init__(self, target, gradient, batch_size, *, lipschitz=None, strong_convexity=None,
                  chunk_size=DEFAULT_CHUNK_SIZE):
         if gradient not in GRADIENTS:
             raise ValueError(
                 f"gradient must be one of {', '.join(map(repr, GRADIENTS))}; got {gradient!r}."
             )
-        self.tall, self.proxy, self.name = tall, proxy, gradient
+        tall, proxy = target.tall, target.proxy
+        self.target, self.tall, self.proxy, self.name = target, tall, proxy, gradient
         self.n = tall.n_rows
         self.m = tall.check_subsample_size(batch_size, "batch_size")
         self.chunk_size = chunk_size
@@ -284,7 +285,7 @@ class SGGradient:
                 raise ValueError(f"lipschitz must have one constant per row, shape ({self.n},); "
                                  f"got {lipschitz.shape}.")
             if isinstance(strong_convexity, str) and strong_convexity == "auto":
-                prec = proxy.laplace_precision(tall.prior_hessian(proxy.center))
+                prec = target.laplace_precision()
                 strong_convexity = max(np.linalg.eigvalsh(prec).min(), 0.0) / self.n
             self.lipschitz = lipschitz
             self.probs = lipschitz_probabilities(lipschitz, strong_convexity)
@@ -323,17 +324,17 @@ class SGGradient:
                 idx = self._draw(rng, self._cdf)
             probs = probs_all[idx]
         batch = tall.gather(idx)
-        row_grads = np.asarray(tall.loglik_rows_and_grads(theta, batch)[1], dtype=float)
         evals = self.m
         offset = 0.0
+        if self.name == "cv":
+            # ∇ℓ_i − ∇q_i is the per-row gradient of d_i = ℓ_i − q_i: one forward pass per
+            # parameter over the batch graph, no per-row gradients of ℓ and q separately
+            terms = self.n * self.target.difference_jacobian(theta, batch)
+            offset = self.proxy.sum_value_and_grad(theta)[1]
+            return prior_grad + offset + terms.mean(axis=0), terms, evals * (2 if self.proxy.order else 1)
+        row_grads = np.asarray(tall.loglik_rows_and_grads(theta, batch)[1], dtype=float)
         if self.name == "plain":
             terms = uniform_terms(row_grads, self.n)
-        elif self.name == "cv":
-            terms_at_center = self.proxy.row_terms(batch)
-            _, proxy_grads = self.proxy.rows_value_and_grad(theta, terms_at_center, batch)
-            offset = self.proxy.sum_value_and_grad(theta)[1]
-            terms = uniform_terms(row_grads, self.n, proxy_grads)
-            evals += self.m * (2 if self.proxy.order == 2 else 1)  # ∇ℓ_k(θ*) and H_k v
         elif self.name == "is":
             terms = importance_terms(row_grads, probs)
         else:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_subsample.estimators.loglik import block_poisson, combine_gradient
-from pymc_subsample.estimators.subsampled import perturbed_value_and_grad
+from pymc_subsample.estimators.loglik import block_poisson_sign
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]
@@ -50,8 +49,7 @@ class SubsampledPotential:
 
     Parameters
     ----------
-    tall : TallModel
-    proxy : TaylorProxy
+    target : SubsampledTarget
     estimator : {"perturbed", "signed"}
     a, lam : float, int
         Block-Poisson parameters (signed only).
@@ -60,15 +58,23 @@ class SubsampledPotential:
     _raveled_inputs = True  # PyMC's integrator passes the raveled vector q
     _extra_vars_shared: dict = {}
 
-    def __init__(self, tall, proxy, estimator="perturbed", *, a=0.0, lam=1):
-        self.tall = tall
-        self.proxy = proxy
+    def __init__(self, target, estimator="perturbed", *, a=0.0, lam=1):
+        self.target = target
         self.estimator = estimator
         self.a = float(a)
         self.lam = int(lam)
-        self.dtype = tall.theta.dtype
+        self.dtype = target.tall.theta.dtype
         self.subsample = None
         self.n_rows_evaluated = 0
+        self._trajectory = None
+
+    def record_trajectory(self):
+        """Keep every estimate made from now on, keyed by θ, until the next call."""
+        self._trajectory = {}
+
+    def recorded(self, theta):
+        """The estimate made at ``theta`` since :meth:`record_trajectory`, or None."""
+        return (self._trajectory or {}).get(np.asarray(theta, dtype=self.dtype).tobytes())
 
     def rows_in(self, subsample) -> int:
         return subsample.rows.size if self.estimator == "signed" else subsample.size
@@ -76,32 +82,28 @@ class SubsampledPotential:
     def estimate(self, theta, subsample=None) -> Estimate:
         """The estimate at θ on ``subsample`` (default: the current one)."""
         sub = self.subsample if subsample is None else subsample
-        prior, prior_grad = self.tall.prior_value_and_grad(theta)
-        if self.estimator == "signed":
-            value, grad, var, sign = self._signed(theta, sub)
-        else:
-            value, grad, var = self._perturbed(theta, sub)
-            sign = 1
         self.n_rows_evaluated += self.rows_in(sub)
-        return Estimate(float(prior) + value, prior_grad + grad, var, sign)
+        if self.estimator == "perturbed":
+            value, grad, var = self.target.perturbed(theta, sub.batch)
+            return Estimate(value, grad, var, 1)
+        return self._signed(theta, sub)
 
-    def _perturbed(self, theta, sub):
-        return perturbed_value_and_grad(self.tall, self.proxy, sub, theta)
-
-    def _signed(self, theta, sub: SignedSubsample):
-        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
+    def _signed(self, theta, sub: SignedSubsample) -> Estimate:
+        target = self.target
+        if sub.rows.size == 0:  # no mini-batch drawn: L̂ = exp(Σq + a + λ)
+            prior, prior_grad = target.tall.prior_value_and_grad(theta)
+            sum_q, sum_q_grad = target.proxy.sum_value_and_grad(theta)
+            return Estimate(float(prior) + sum_q + self.a + self.lam, prior_grad + sum_q_grad, 0.0, 1)
         m = sub.batch_size
-        if sub.rows.size == 0:
-            return sum_q + self.a + self.lam, sum_q_grad, 0.0, 1
-        rows = sub.rows
-        loglik, loglik_grads, q, q_grads = self.proxy.rows_loglik_and_proxy(theta, rows.terms, rows.batch)
-        d = (loglik - q).reshape(-1, m)
-        log_abs, sign, weights = block_poisson(d, self.tall.n_rows, self.a, self.lam, sum_q)
-        grad = combine_gradient(sum_q_grad, weights.ravel(), loglik_grads, q_grads)
-        var = self.tall.n_rows**2 * float(np.var(d)) / m  # σ² of one mini-batch's d̂
-        return log_abs, grad, var, sign
+        n = target.n_rows
+        value, grad, d = target.signed(theta, sub.rows.batch, m, self.a, self.lam)
+        d_hat = (n / m) * d.reshape(-1, m).sum(axis=1)
+        var = n**2 * float(np.var(d)) / m  # σ² of one mini-batch's d̂, from the pooled rows
+        return Estimate(value, grad, var, block_poisson_sign(d_hat, self.a))
 
     def _pytensor_function(self, q):
         """(logp, dlogp) at the raveled q, as PyMC's leapfrog integrator calls it."""
         est = self.estimate(q)
+        if self._trajectory is not None:
+            self._trajectory[np.asarray(q, dtype=self.dtype).tobytes()] = est
         return np.asarray(est.value, dtype=self.dtype), est.grad.astype(self.dtype)

@@ -22,20 +22,20 @@ def accept_log_ratio(rng, log_ratio) -> tuple[bool, float]:
     return bool(rng.uniform() < prob), prob
 
 
-def propose_block(rng, tall, proxy, subsample: Subsample, blocks) -> Subsample:
+def propose_block(rng, tall, subsample: Subsample, blocks) -> Subsample:
     """Refresh one of the G blocks of a with-replacement subsample."""
     new_idx, block = block_update(rng, subsample.idx, tall.n_rows, blocks)
-    return subsample.with_block(tall, proxy, new_idx, block)
+    return subsample.with_block(tall, new_idx, block)
 
 
-def draw_signed(rng, tall, proxy, lam, m) -> SignedSubsample:
+def draw_signed(rng, tall, lam, m) -> SignedSubsample:
     """A fresh block-Poisson subsample: X_l ~ Pois(1) mini-batches of m rows for l = 1..λ."""
     counts = rng.poisson(1.0, size=lam)
     idx = rng.integers(0, tall.n_rows, size=int(counts.sum()) * m)
-    return SignedSubsample(Subsample.gather(tall, proxy, idx), counts, m)
+    return SignedSubsample(Subsample.gather(tall, idx), counts, m)
 
 
-def propose_signed_groups(rng, tall, proxy, current: SignedSubsample, kappa) -> SignedSubsample:
+def propose_signed_groups(rng, tall, current: SignedSubsample, kappa) -> SignedSubsample:
     """Redraw X_l and the rows of κ of the λ groups, keeping the others (ρ ≈ 1 − κ/λ)."""
     lam = current.batches_per_group.size
     m = current.batch_size
@@ -49,4 +49,4 @@ def propose_signed_groups(rng, tall, proxy, current: SignedSubsample, kappa) -> 
         else:
             pieces.append(current.rows.idx[current.group_positions([g])])
     idx = np.concatenate(pieces).astype(int) if pieces else np.zeros(0, dtype=int)
-    return SignedSubsample(Subsample.gather(tall, proxy, idx), counts, m)
+    return SignedSubsample(Subsample.gather(tall, idx), counts, m)

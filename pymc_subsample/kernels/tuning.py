@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["choose_block_poisson", "choose_subsample_size", "laplace_draws", "pilot_differences"]
 
@@ -21,17 +20,17 @@ def laplace_draws(rng, center, precision, size):
     return center + rng.standard_normal((size, center.size)) @ chol.T
 
 
-def pilot_differences(rng, tall, proxy, thetas, pilot_size):
+def pilot_differences(rng, target, thetas, pilot_size):
     """Per-θ mean and variance of d_k = ℓ_k − q_k on one uniform pilot subsample.
 
     Returns
     -------
     mean_d, var_d : arrays of shape (len(thetas),)
     """
-    sub = Subsample.gather(tall, proxy, rng.integers(0, tall.n_rows, size=pilot_size))
+    batch = target.tall.gather(rng.integers(0, target.n_rows, size=pilot_size))
     means, variances = [], []
     for theta in thetas:
-        d = tall.loglik_rows(theta, sub.batch) - proxy.rows_value(theta, sub.terms, sub.batch)
+        d = target.differences(theta, batch)
         means.append(d.mean())
         variances.append(d.var(ddof=1))
     return np.asarray(means), np.asarray(variances)

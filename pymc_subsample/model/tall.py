@@ -17,7 +17,6 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import join_nonshared_inputs
-from pytensor.graph.replace import vectorize_graph
 
 from pymc_subsample.model.rows import (
     find_row_leaves,
@@ -25,7 +24,7 @@ from pymc_subsample.model.rows import (
     substitute_rows,
 )
 
-__all__ = ["TallModel", "as_tall_model"]
+__all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
 _CHECK_ROWS = 6  # rows used by the row-independence check at construction
 
@@ -53,7 +52,7 @@ class TallModel:
 
     def __init__(self, model=None, vars=None):
         self.model = pm.modelcontext(model)
-        self.n_rows = _observation_axis_length(self.model)
+        self.n_rows = observation_axis_length(self.model)
         self.value_vars = _check_value_vars(self.model, vars)
         self.initial_point = self.model.initial_point()
         _check_no_row_sized_free_variables(self.model, self.initial_point, self.n_rows)
@@ -73,7 +72,7 @@ class TallModel:
         self.theta.name = "theta"
         self._point_map_info = DictToArrayBijection.map(point).point_map_info
         self.ndim = int(sum(np.prod(shape, dtype=int) for _, shape, *_ in self._point_map_info))
-        self._prior = prior
+        self.prior_graph = prior
         self._loglik_rows = loglik_rows
         self._functions = {}
         self._build_row_graphs()
@@ -81,57 +80,23 @@ class TallModel:
 
     # ------------------------------------------------------------------ graphs
     def _build_row_graphs(self):
+        """The m-row batch graph ℓ_batch(θ) and its forward-mode directional derivatives.
+
+        Every derivative the package needs comes from ordinary autodiff passes over this
+        one graph (DESIGN step 3): reverse mode for sums and weighted sums, forward mode
+        (``Rop``) for directional derivatives. Nothing is vectorised over rows, so no
+        ``Blockwise`` node (a Python loop over rows in PyTensor) can appear.
+        """
         self.batch_inputs = [leaf.batch_variable() for leaf in self.leaves]
         m = (self.batch_inputs[0].shape[0]) if self.batch_inputs else pt.constant(1)
-        (self._batch_loglik,) = substitute_rows(
+        (self.batch_loglik,) = substitute_rows(
             [self._loglik_rows], self.leaves, self.batch_inputs, self._size_constants, m
         )
-        try:
-            self._rows_loglik, self._rows_grad = self._vectorised_row_derivatives()
-            self.per_row_derivatives = "vectorised"
-        except (NotImplementedError, TypeError, ValueError) as err:
-            # Some ops (advanced indexing by a row of indices, e.g. a[group]) cannot be
-            # vectorised by PyTensor yet. Fall back to the Jacobian of the batch's m-vector:
-            # exact, but O(m²); say so instead of failing.
-            warnings.warn(
-                "Per-row derivatives of this model cannot be vectorised over rows "
-                f"({type(err).__name__}: {str(err)[:120]}); falling back to a Jacobian that costs "
-                "O(m²) per call. Results are exact but slower for large subsamples.",
-                UserWarning,
-                stacklevel=3,
-            )
-            self._rows_loglik = self._batch_loglik
-            self._rows_grad = pytensor.gradient.jacobian(self._batch_loglik, self.theta)
-            self.per_row_derivatives = "jacobian"
         self.direction = pt.vector("direction", dtype=self.theta.dtype)
-        # H_k v for every row by forward mode on the vectorised per-row gradients: O(m d).
-        # (Vectorising grad(g.v) instead produced a batched dot that ran 50x slower.)
-        self._rows_hvp = pytensor.gradient.Rop(self._rows_grad, self.theta, self.direction)
-
-    def _vectorised_row_derivatives(self):
-        """ℓ_k and ∇ℓ_k from the graph of ONE row, vectorised over the batch (DESIGN step 3)."""
-        rows = [leaf.row_variable() for leaf in self.leaves]
-        (row_loglik,) = substitute_rows(
-            [self._loglik_rows], self.leaves, rows, self._size_constants, 1, single_row=True
-        )
-        row_loglik = pt.sum(row_loglik)
-        row_grad = pytensor.grad(row_loglik, self.theta)
-        replace = dict(zip(rows, self.batch_inputs))
-        self._row_graph = (rows, row_grad, replace)  # kept to build per-row Hessians on demand
-        return vectorize_graph([row_loglik, row_grad], replace=replace)
-
-    def _rows_hessian_graph(self):
-        """Per-row Hessians (m, d, d), for tests and diagnostics (not used when sampling)."""
-        if self.per_row_derivatives == "vectorised":
-            _, row_grad, replace = self._row_graph
-            try:
-                row_hess = pytensor.gradient.jacobian(row_grad, self.theta, vectorize=True)
-                return vectorize_graph(row_hess, replace=replace)
-            except (NotImplementedError, TypeError, ValueError):
-                pass  # e.g. advanced indexing by a row of indices: Jacobian of the batch below
-        return pytensor.gradient.jacobian(self._rows_grad.flatten(), self.theta).reshape(
-            (self._rows_grad.shape[0], self.ndim, self.ndim)
-        )
+        self.direction2 = pt.vector("direction2", dtype=self.theta.dtype)
+        # (J v)_k = ∇ℓ_k(θ)ᵀv and (uᵀH_k v) for every row k, each O(m).
+        self._rows_jvp = directional_derivative(self.batch_loglik, self.theta, self.direction)
+        self._rows_second = directional_derivative(self._rows_jvp, self.theta, self.direction2)
 
     def _compile(self, key, build):
         """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily."""
@@ -145,92 +110,110 @@ class TallModel:
     def prior_value_and_grad(self, theta):
         """Log p(theta) (with transforms' Jacobians) and its gradient."""
         fn = self._compile(
-            "prior", lambda: ([self.theta], [self._prior, pytensor.grad(self._prior, self.theta)])
+            "prior", lambda: ([self.theta], [self.prior_graph, pytensor.grad(self.prior_graph, self.theta)])
         )
         return fn(_as_theta(theta, self.theta.dtype))
 
     def prior_hessian(self, theta):
         """Hessian of log p(theta) on the unconstrained scale, shape (d, d)."""
         fn = self._compile(
-            "prior_hess", lambda: ([self.theta], pytensor.gradient.hessian(self._prior, self.theta))
+            "prior_hess", lambda: ([self.theta], pytensor.gradient.hessian(self.prior_graph, self.theta))
         )
         return fn(_as_theta(theta, self.theta.dtype))
 
     def loglik_rows(self, theta, batch):
         """Per-row log-likelihoods ℓ_k(theta) for the rows in ``batch``, shape (m,)."""
-        fn = self._compile("rows", lambda: ([self.theta, *self.batch_inputs], self._batch_loglik))
+        fn = self._compile("rows", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik))
         return fn(_as_theta(theta, self.theta.dtype), *batch)
 
-    def loglik_rows_and_grads(self, theta, batch):
-        """Per-row ℓ_k (m,) and per-row gradients ∇ℓ_k (m, d), from one row's graph vectorised."""
+    def rows_directional(self, theta, u, v, batch):
+        """ℓ_k(θ), ∇ℓ_k(θ)ᵀu and uᵀH_k(θ)v for every row of ``batch`` (forward mode, O(m))."""
         fn = self._compile(
-            "rows_grad", lambda: ([self.theta, *self.batch_inputs], [self._rows_loglik, self._rows_grad])
+            "rows_dir",
+            lambda: (
+                [self.theta, self.direction, self.direction2, *self.batch_inputs],
+                [self.batch_loglik, self._rows_jvp, self._rows_second],
+            ),
         )
-        return fn(_as_theta(theta, self.theta.dtype), *batch)
+        dt = self.theta.dtype
+        return fn(_as_theta(theta, dt), _as_theta(u, dt), _as_theta(v, dt), *batch)
+
+    def loglik_rows_and_grads(self, theta, batch):
+        """Per-row ℓ_k (m,) and per-row gradients ∇ℓ_k (m, d).
+
+        Only for algorithms that store per-row gradients (SAGA tables, SGFS's empirical
+        Fisher). Forward mode along the d unit vectors: d compiled calls over the batch,
+        a loop over parameters, never over rows, so the cost is d passes of O(m).
+        """
+        theta = _as_theta(theta, self.theta.dtype)
+        grads = np.empty((_batch_length(batch), self.ndim))
+        loglik = None
+        for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
+            loglik, grads[:, j], _ = self.rows_directional(theta, e, e, batch)
+        if loglik is None:
+            loglik = self.loglik_rows(theta, batch)
+        return np.asarray(loglik), grads
 
     def rows_hessian_vector(self, theta, direction, batch):
         """Per-row H_k(theta) v, shape (m, d), without forming the m x d x d Hessians."""
         theta = _as_theta(theta, self.theta.dtype)
-        return self.rows_with_proxy_terms(theta + direction, theta, batch, order=2)[2]
-
-    def rows_with_proxy_terms(self, theta, center, batch, order):
-        """One compiled call: ℓ_k(θ) (m,), ∇ℓ_k(θ) (m, d), and H_k(θ*)(θ − θ*) (m, d) if order 2.
-
-        Fusing the three keeps each leapfrog step of HMC-ECS to a single PyTensor call.
-        """
-        key = f"rows_proxy_{order}"
-        if key not in self._functions:
-            center_var = self.theta.type(name="center")
-            outputs = [self._rows_loglik, self._rows_grad]
-            if order != 2:
-                return self.loglik_rows_and_grads(theta, batch)
-            else:
-                hvp = pytensor.graph_replace(
-                    self._rows_hvp,
-                    {self.direction: self.theta - center_var, self.theta: center_var},
-                    strict=False,
-                )
-                outputs.append(hvp)
-            self._compile(key, lambda: ([self.theta, center_var, *self.batch_inputs], outputs))
-        fn = self._functions[key]
-        return fn(_as_theta(theta, self.theta.dtype), _as_theta(center, self.theta.dtype), *batch)
+        out = np.empty((_batch_length(batch), self.ndim))
+        for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
+            out[:, j] = self.rows_directional(theta, e, direction, batch)[2]
+        return out
 
     def rows_hessians(self, theta, batch):
-        """Per-row Hessians H_k(theta), shape (m, d, d) (for tests and small d)."""
-        fn = self._compile(
-            "rows_hess", lambda: ([self.theta, *self.batch_inputs], self._rows_hessian_graph())
-        )
-        return fn(_as_theta(theta, self.theta.dtype), *batch)
+        """Per-row Hessians H_k(theta), shape (m, d, d) (d² forward passes: tests, small d)."""
+        eye = np.eye(self.ndim)
+        return np.stack([self.rows_hessian_vector(theta, e, batch) for e in eye], axis=2)
 
     def loglik_sum_value_and_grad(self, theta, batch):
         """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass)."""
 
         def build():
-            total = pt.sum(self._batch_loglik)
+            total = pt.sum(self.batch_loglik)
             return [self.theta, *self.batch_inputs], [total, pytensor.grad(total, self.theta)]
 
         fn = self._compile("sum_grad", build)
         return fn(_as_theta(theta, self.theta.dtype), *batch)
 
     def loglik_sum_value_grad_hessian(self, theta, batch):
-        """Σ ℓ_k, Σ ∇ℓ_k and Σ H_k over ``batch``.
+        """Σ ℓ_k, Σ ∇ℓ_k and Σ H_k over ``batch`` (set-up only).
 
-        Σ H_k is the Jacobian of the summed gradient on the batch graph, its d reverse passes
-        vectorised into matrix products: about 8 gradient passes for N = 10⁶, d = 30, and 10x
-        faster than summing materialised per-row Hessians (O(m d²) memory traffic).
+        Σ H_k is the Jacobian of the summed gradient; its d reverse passes are vectorised
+        over the d unit cotangents (a batch of size d, not m). When PyTensor cannot
+        vectorise an op of the gradient graph, the d Hessian-vector products are taken one
+        by one with a single compiled function instead of unrolling d copies into one graph
+        (hierarchical models have d ≥ 50).
         """
-
-        def build():
-            total = pt.sum(self._batch_loglik)
-            grad = pytensor.grad(total, self.theta)
+        theta = _as_theta(theta, self.theta.dtype)
+        if "sum_hess" not in self._functions and "sum_hvp" not in self._functions:
             try:
-                hess = pytensor.gradient.jacobian(grad, self.theta, vectorize=True)
-            except (NotImplementedError, TypeError, ValueError):  # ops PyTensor cannot vectorise
-                hess = pytensor.gradient.jacobian(grad, self.theta)
-            return [self.theta, *self.batch_inputs], [total, grad, hess]
+                self._compile("sum_hess", self._build_sum_hessian)
+            except (NotImplementedError, TypeError, ValueError):
+                self._compile("sum_hvp", self._build_sum_hvp)
+        if "sum_hess" in self._functions:
+            return self._functions["sum_hess"](theta, *batch)
+        fn = self._functions["sum_hvp"]
+        hess = np.empty((self.ndim, self.ndim))
+        total = grad = None
+        for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
+            total, grad, hess[:, j] = fn(theta, e, *batch)
+        return total, grad, hess
 
-        fn = self._compile("sum_hess", build)
-        return fn(_as_theta(theta, self.theta.dtype), *batch)
+    def _build_sum_hessian(self):
+        total = pt.sum(self.batch_loglik)
+        grad = pytensor.grad(total, self.theta)
+        # Vectorised over the d unit cotangents: if an op falls back to a Blockwise loop it
+        # loops over d, not over rows, and this runs only at set-up.
+        hess = pytensor.gradient.jacobian(grad, self.theta, vectorize=True)
+        return [self.theta, *self.batch_inputs], [total, grad, hess]
+
+    def _build_sum_hvp(self):
+        total = pt.sum(self.batch_loglik)
+        grad = pytensor.grad(total, self.theta)
+        hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
+        return [self.theta, self.direction, *self.batch_inputs], [total, grad, hvp]
 
     # ------------------------------------------------------------------- rows
     def gather(self, idx) -> tuple:
@@ -294,16 +277,36 @@ def _as_theta(theta, dtype):
     return np.asarray(theta, dtype=dtype)
 
 
-def _observation_axis_length(model) -> int:
+def _batch_length(batch) -> int:
+    return int(np.shape(batch[0])[0]) if batch else 1
+
+
+def directional_derivative(output, wrt, direction):
+    """Forward-mode derivative of ``output`` at ``wrt`` along ``direction`` (same shape as output).
+
+    PyTensor's ``Rop`` by the double-``Lop`` rule: two reverse passes, valid for every op
+    that has a gradient, so it works on any model graph.
+    """
+    return pytensor.gradient.Rop(output, wrt, direction, use_op_rop_implementation=False)
+
+
+def observation_axis_length(model) -> int:
+    """N, from the observed variables' leading axis (cheap: no graph is compiled)."""
     if not model.observed_RVs:
         raise ValueError(
             "The model has no observed variables, so there are no rows to subsample. "
             "Pass data with `observed=` to the likelihood."
         )
+    _check_no_imputation(model)
     lengths = {}
     for rv in model.observed_RVs:
         value = model.rvs_to_values[rv]
-        shape = pm.draw(value.shape) if not hasattr(value, "data") else np.shape(value.data)
+        if hasattr(value, "get_value"):
+            shape = np.shape(value.get_value(borrow=True))
+        elif hasattr(value, "data"):
+            shape = np.shape(value.data)
+        else:
+            shape = pm.draw(value.shape)
         if len(shape) == 0:
             raise ValueError(
                 f"Observed variable {rv.name!r} is a scalar: it reduces over the rows. Give the "
@@ -317,6 +320,30 @@ def _observation_axis_length(model) -> int:
             "pad/reshape them to share rows."
         )
     return next(iter(lengths.values()))
+
+
+def _check_no_imputation(model):
+    """PyMC turns NaN in an observed array into imputed free variables ``<name>_unobserved``."""
+    observed = {rv.name for rv in model.observed_RVs}
+    for rv in model.free_RVs:
+        if rv.name.endswith("_unobserved") and rv.name[: -len("_unobserved")] + "_observed" in observed:
+            name = rv.name[: -len("_unobserved")]
+            raise ValueError(
+                f"Observed variable {name!r} contains missing (NaN) values, which PyMC imputes as "
+                "free variables; subsampling needs complete rows. Drop or impute those rows before "
+                "building the model."
+            )
+    for rv in model.observed_RVs:
+        value = model.rvs_to_values[rv]
+        data = value.get_value(borrow=True) if hasattr(value, "get_value") else getattr(value, "data", None)
+        if data is not None and np.issubdtype(np.asarray(data).dtype, np.floating):
+            bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+            if bad:
+                raise ValueError(
+                    f"Observed variable {rv.name!r} contains {bad} NaN or infinite values; "
+                    "subsampling needs complete rows. Drop or impute those rows before building "
+                    "the model."
+                )
 
 
 def _check_value_vars(model, vars):

@@ -18,11 +18,12 @@ from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.center import find_center
-from pymc_subsample.control_variates.taylor import TaylorProxy, check_proxy_order
+from pymc_subsample.control_variates.taylor import check_proxy_order
+from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.tall import TallModel
+from pymc_subsample.model.tall import TallModel, observation_axis_length
 
-__all__ = ["SubsampleStepState", "SubsampleStep", "resolve_center", "warn_poor"]
+__all__ = ["SubsampleStepState", "SubsampleStep", "check_size", "resolve_center", "warn_poor"]
 
 
 @dataclass_state
@@ -33,7 +34,7 @@ class SubsampleStepState(StepMethodState):
 
 
 class SubsampleStep(ArrayStepShared):
-    """Base class: model → tall model → centre → Taylor proxy, plus PyMC plumbing.
+    """Base class: model → tall model → centre → one :class:`SubsampledTarget`, plus PyMC plumbing.
 
     Parameters
     ----------
@@ -42,7 +43,9 @@ class SubsampleStep(ArrayStepShared):
     model : pm.Model, optional
     center : dict, array or None
         θ* of the control variates: a point (dict of value variables), a flat
-        unconstrained vector, or None to compute the full-data MAP with ``pms.find_map``.
+        unconstrained vector, or None for the default centre: the MAP of a random 20,000-row
+        subset refined by one exact full-data Newton step (full-data L-BFGS when N ≤ 40,000 or
+        when that step does not improve the log posterior), see ``find_center``.
     proxy_order : {0, 1, 2}
     chunk_size : int
         Rows per chunk of the full-data passes at set-up.
@@ -65,15 +68,19 @@ class SubsampleStep(ArrayStepShared):
         initial_point=None,
     ):
         model = pm.modelcontext(model)
+        proxy_order = check_proxy_order(proxy_order)
+        # cheap checks first: a wrong argument must not cost the user the set-up time
+        self.check_arguments(observation_axis_length(model))
         self.tall = TallModel(model, vars)
-        self.proxy = TaylorProxy(
-            self.tall,
-            resolve_center(self.tall, center, chunk_size),
-            order=check_proxy_order(proxy_order),
-            chunk_size=chunk_size,
+        self.target = SubsampledTarget(
+            self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size
         )
+        self.proxy = self.target.proxy
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)
+
+    def check_arguments(self, n_rows: int):
+        """Validate the step's own arguments against N before any set-up (subclasses extend)."""
 
     @staticmethod
     def competence(var, has_grad):
@@ -102,3 +109,16 @@ def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:
 def warn_poor(message: str):
     """A diagnostic that looks poor warns; it never stops the user's run."""
     warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def check_size(value, name, n_rows, *, allow=()):
+    """An integer in 1..N (or one of the strings in ``allow``), else a ValueError that says so."""
+    if isinstance(value, str) and value in allow:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= n_rows:
+        extra = f" or one of {allow}" if allow else ""
+        raise ValueError(
+            f"{name} must be an integer between 1 and the number of rows N = {n_rows}{extra}; "
+            f"got {value!r}."
+        )
+    return int(value)

@@ -38,8 +38,7 @@ from pymc_subsample.kernels.tuning import (
     laplace_draws,
     pilot_differences,
 )
-from pymc_subsample.model.chunks import chunked_sum
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
 from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample.indices import block_slices
 
@@ -151,12 +150,15 @@ class HMCECS(SubsampleStep):
                 "away from the centre and the chain drifts into the tails. Use proxy_order=2 or "
                 "estimator='perturbed'."
             )
+        if target_variance <= 0:
+            raise ValueError(f"target_variance must be positive; got {target_variance!r}.")
+        self._requested = (subsample_size, num_blocks)
         base_kwargs = {k: kwargs.pop(k) for k in ("rng", "initial_point", "chunk_size") if k in kwargs}
-        super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
         self.estimator = estimator
+        super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
         self.is_exact = estimator == "signed"
         self.target_variance = float(target_variance)
-        precision = self._laplace_precision(base_kwargs.get("chunk_size"))
+        precision = self.target.laplace_precision()
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.started = False
         self._configure_subsampling(subsample_size, num_blocks, precision)
@@ -169,25 +171,13 @@ class HMCECS(SubsampleStep):
         self.diagnostics = {}
         self.warned = set()
 
-    # ------------------------------------------------------------------ set-up
-    def _laplace_precision(self, chunk_size):
-        hess = self.proxy.hess_sum
-        if self.proxy.order < 2:
-            kw = {} if chunk_size is None else {"chunk_size": chunk_size}
-            _, _, hess = chunked_sum(
-                self.tall, self.tall.loglik_sum_value_grad_hessian, self.proxy.center, **kw
-            )
-        precision = -(self.tall.prior_hessian(self.proxy.center) + hess)
-        try:
-            np.linalg.cholesky(precision)
-        except np.linalg.LinAlgError:
-            warn_poor(
-                "The Hessian at the centre is not negative definite; using the identity as mass "
-                "matrix. Pass a better `center` or mass_matrix='adapt'."
-            )
-            precision = np.eye(self.tall.ndim)
-        return precision
+    def check_arguments(self, n_rows):
+        subsample_size, num_blocks = self._requested
+        check_size(subsample_size, "subsample_size", n_rows, allow=("auto",))
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
+            raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
 
+    # ------------------------------------------------------------------ set-up
     def _configure_subsampling(self, subsample_size, num_blocks, precision):
         n = self.tall.n_rows
         pilot_needed = subsample_size == "auto" or self.estimator == "signed"
@@ -195,12 +185,10 @@ class HMCECS(SubsampleStep):
             # a fixed seed: the same model and settings give the same m and λ in every run
             setup_rng = np.random.default_rng(0)
             thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
-            mean_d, var_d = pilot_differences(setup_rng, self.tall, self.proxy, thetas, min(n, 2000))
+            mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance)
-        self.subsample_size = self.tall.check_subsample_size(subsample_size)
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
+        self.subsample_size = int(subsample_size)
         self.num_blocks = int(min(num_blocks, self.subsample_size))
         self._blocks = block_slices(self.subsample_size, self.num_blocks)
         lam, a = 1, 0.0
@@ -210,7 +198,7 @@ class HMCECS(SubsampleStep):
             )
             self._kappa = max(1, int(round(lam / self.num_blocks)))
         self.lam, self.a = lam, a
-        self.potential = SubsampledPotential(self.tall, self.proxy, self.estimator, a=a, lam=lam)
+        self.potential = SubsampledPotential(self.target, self.estimator, a=a, lam=lam)
 
     def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
         kwargs = dict(kwargs)
@@ -232,14 +220,14 @@ class HMCECS(SubsampleStep):
 
     def _draw_subsample(self):
         if self.estimator == "signed":
-            return draw_signed(self.rng, self.tall, self.proxy, self.lam, self.subsample_size)
+            return draw_signed(self.rng, self.tall, self.lam, self.subsample_size)
         idx = self.rng.integers(0, self.tall.n_rows, size=self.subsample_size)
-        return Subsample.gather(self.tall, self.proxy, idx)
+        return Subsample.gather(self.tall, idx)
 
     def _propose_subsample(self):
         if self.estimator == "signed":
-            return propose_signed_groups(self.rng, self.tall, self.proxy, self.subsample, self._kappa)
-        return propose_block(self.rng, self.tall, self.proxy, self.subsample, self._blocks)
+            return propose_signed_groups(self.rng, self.tall, self.subsample, self._kappa)
+        return propose_block(self.rng, self.tall, self.subsample, self._blocks)
 
     # -------------------------------------------------------------- sampling
     def astep(self, q0):
@@ -265,18 +253,16 @@ class HMCECS(SubsampleStep):
         # 2. θ | u: PyMC's NUTS/HMC on the subsampled Hamiltonian (eqs. 3.6-3.7)
         self.potential.subsample = self.subsample
         before_inner = self.potential.n_rows_evaluated
+        self.potential.record_trajectory()
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before_inner
         loglik_var = self.current.loglik_var  # σ̂² at θ^(j-1) with the accepted u^(j)
-        if self.estimator == "perturbed":
-            # The inner sampler already evaluated the estimate at the state it returns: reuse it
-            # for the next subsample update instead of another pass over the m rows. (PyMC's HMC
-            # reports the proposal's logp even when it rejects, so only use it after a move.)
-            if not np.array_equal(q_new.data, theta):
-                self.current = Estimate(float(inner_stats["model_logp"]), None, loglik_var, 1)
-        else:  # the sign at (θ^(j), u^(j)) is needed for eq. 5.3
+        # The inner sampler evaluated the estimate at every point of its trajectory, the state
+        # it returns included: reuse it (value, σ̂², sign at (θ^(j), u^(j)), eq. 5.3) for the next
+        # subsample update instead of another pass over the rows.
+        self.current = self.potential.recorded(q_new.data)
+        if self.current is None:
             self.current = self.potential.estimate(q_new.data, self.subsample)
-        self.current_theta = np.array(q_new.data, copy=True)
         stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
         stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
         stats.setdefault("tree_depth", 0)

@@ -137,7 +137,7 @@ class SGLD(SubsampleStep):
         self.noise_adjust = bool(noise_adjust)
         _check_gradient(gradient)  # before the (costly) centre and proxy
         super().__init__(vars, **kwargs)
-        self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
+        self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz, strong_convexity=strong_convexity)
         self.iteration, self.saga, self.noise_warned, self.diverge_warned = 0, None, False, False
 
@@ -220,7 +220,7 @@ class SGHMC(SubsampleStep):
                              "(SAGA tables are for SGLD).")
         _check_gradient(gradient, ("plain", "cv", "is", "full"))
         super().__init__(vars, **kwargs)
-        self.estimator = SGGradient(self.tall, self.proxy, gradient, _batch_default(self.tall, batch_size),
+        self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz)
         self.mass_inv = self._mass_inverse(mass_matrix)
         self.iteration, self.diverge_warned = 0, False
@@ -229,7 +229,7 @@ class SGHMC(SubsampleStep):
         if mass_matrix is None:
             return None
         if isinstance(mass_matrix, str) and mass_matrix == "laplace":
-            mass_matrix = self.proxy.laplace_precision(self.tall.prior_hessian(self.proxy.center))
+            mass_matrix = self.target.laplace_precision()
         mass = np.asarray(mass_matrix, dtype=float)
         d = self.tall.ndim
         try:
@@ -315,7 +315,7 @@ class SGFS(SubsampleStep):
         self.m = self.tall.check_subsample_size(batch_size, "batch_size")
         if self.m < 2:
             raise ValueError("SGFS needs batch_size ≥ 2 to estimate the gradient covariance C.")
-        self.estimator = SGGradient(self.tall, self.proxy, "plain", self.m)
+        self.estimator = SGGradient(self.target, "plain", self.m)
         self.prior_prec = -np.asarray(self.tall.prior_hessian(self.proxy.center), dtype=float)
         n = self.tall.n_rows
         k_min = min(self.k_fixed or self.c, 4 * self.m / (n + self.m))

@@ -16,8 +16,8 @@ from pymc.step_methods.state import dataclass_state
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
 from pymc_subsample.kernels.proposals import adapt_log_scale, laplace_cholesky, random_walk_proposal
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 
@@ -143,6 +143,7 @@ class SubsampleMH(SubsampleStep):
             )
         if scale is not None and not (np.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be a positive number; got {scale!r}.")
+        self.test, self._requested = test, (subsample_size, num_blocks)
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
                          chunk_size=chunk_size, **kwargs)
         n, d = self.tall.n_rows, self.tall.ndim
@@ -153,14 +154,10 @@ class SubsampleMH(SubsampleStep):
             # sequential tests grow by ⌈√N⌉ rows per look (seed 000 §3.2)
             subsample_size = (min(1000, n) if test == "pseudo-marginal"
                               else min(n, max(2, math.ceil(math.sqrt(n)))))
-        self.subsample_size = self.tall.check_subsample_size(subsample_size)
+        self.subsample_size = int(subsample_size)
         if test == "pseudo-marginal":
-            if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or not (
-                    1 <= num_blocks <= self.subsample_size):
-                raise ValueError(f"num_blocks must be an integer between 1 and subsample_size = "
-                                 f"{self.subsample_size}; got {num_blocks!r}.")
             self._blocks = block_slices(self.subsample_size, int(num_blocks))
-        self._chol = self._proposal_cholesky(proposal, chunk_size)
+        self._chol = self._proposal_cholesky(proposal)
         if scale is None:
             scale = 2.38 / math.sqrt(d)
             if proposal == "random-walk":
@@ -179,14 +176,20 @@ class SubsampleMH(SubsampleStep):
         self.subsample, self.current_theta = None, None
         self.current_value, self.current_sigma2 = math.nan, math.nan
 
+    def check_arguments(self, n_rows):
+        subsample_size, num_blocks = self._requested
+        if subsample_size is None:
+            return
+        m = check_size(subsample_size, "subsample_size", n_rows)
+        if self.test == "pseudo-marginal" and (
+                isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer))
+                or not 1 <= num_blocks <= m):
+            raise ValueError(f"num_blocks must be an integer between 1 and subsample_size = {m}; "
+                             f"got {num_blocks!r}.")
+
     # ------------------------------------------------------------------ set-up
-    def _proposal_cholesky(self, proposal, chunk_size):
-        center = self.proxy.center
-        hess = self.proxy.hess_sum
-        if self.proxy.order < 2:  # the proxy did not need B = Σ H_k(θ*); compute it once
-            hess = chunked_sum(self.tall, self.tall.loglik_sum_value_grad_hessian, center,
-                               chunk_size=chunk_size)[2]
-        precision = -(self.tall.prior_hessian(center) + hess)
+    def _proposal_cholesky(self, proposal):
+        precision = self.target.laplace_precision()
         self._laplace_var_mean = None
         if proposal == "laplace":
             chol = laplace_cholesky(precision)
@@ -213,8 +216,7 @@ class SubsampleMH(SubsampleStep):
             for start in range(0, self.tall.n_rows, chunk_size):
                 batch = self.tall.row_slice(start, min(start + chunk_size, self.tall.n_rows))
                 if self.use_proxy:
-                    terms = self.proxy.row_terms(batch)
-                    rem = self.tall.loglik_rows(theta, batch) - self.proxy.rows_value(theta, terms, batch)
+                    rem = self.target.differences(theta, batch)
                 else:  # Lipschitz-type constant of ℓ_k along the draw
                     rem = self.tall.loglik_rows(theta, batch) - self.tall.loglik_rows(center, batch)
                 worst = max(worst, float(np.max(np.abs(rem))) / float(np.linalg.norm(2.0 * z)) ** power)
@@ -261,17 +263,17 @@ class SubsampleMH(SubsampleStep):
         evals = 0
         if self.subsample is None:
             idx = uniform_with_replacement(self.rng, n, self.subsample_size)
-            self.subsample = Subsample.gather(tall, proxy, idx)
+            self.subsample = Subsample.gather(tall, idx)
             evals += self.subsample_size
         if self.current_theta is None or not np.array_equal(self.current_theta, theta):
             # first step, or θ moved under another step: estimate at the current (θ, u)
-            value, self.current_sigma2 = perturbed_value(tall, proxy, self.subsample, theta)
+            value, self.current_sigma2 = perturbed_value(self.target, self.subsample, theta)
             self.current_value = value + self._log_prior(theta)
             self.current_theta = theta.copy()
             evals += self.subsample_size
         new_idx, block = block_update(self.rng, self.subsample.idx, n, self._blocks)
-        sub_p = self.subsample.with_block(tall, proxy, new_idx, block)
-        d = tall.loglik_rows(theta_p, sub_p.batch) - proxy.rows_value(theta_p, sub_p.terms, sub_p.batch)
+        sub_p = self.subsample.with_block(tall, new_idx, block)
+        d = self.target.differences(theta_p, sub_p.batch)
         offset = self._log_prior(theta_p) + proxy.sum_value_and_grad(theta_p)[0]
         accept, m, info = mh_tests.pseudo_marginal_test(self.current_value, d, n, offset, log_u)
         if accept:
@@ -309,20 +311,15 @@ class SubsampleMH(SubsampleStep):
             offset += proxy.sum_value_and_grad(theta_p)[0] - proxy.sum_value_and_grad(theta)[0]
         per_row = 3 if proxied else 2  # ℓ_k at θ and θ' (+ ℓ_k(θ*) for the proxy terms)
 
-        def remainder(at, batch, terms):
-            value = tall.loglik_rows(at, batch)
-            return value - proxy.rows_value(at, terms, batch) if proxied else value
+        def remainder(at, batch):
+            return self.target.differences(at, batch) if proxied else tall.loglik_rows(at, batch)
 
         def row_terms(idx):
             batch = tall.gather(idx)
-            terms = proxy.row_terms(batch) if proxied else None
-            return remainder(theta_p, batch, terms) - remainder(theta, batch, terms)
+            return remainder(theta_p, batch) - remainder(theta, batch)
 
         def one_point(at):
-            def fn(idx):
-                batch = tall.gather(idx)
-                return remainder(at, batch, proxy.row_terms(batch) if proxied else None)
-            return fn
+            return lambda idx: remainder(at, tall.gather(idx))
 
         size, rng = self.subsample_size, self.rng
         if self.test == "austerity":

@@ -1,0 +1,190 @@
+"""One subsampled target for every step method (DESIGN steps 3, 5, 6 and "One target").
+
+A :class:`SubsampledTarget` owns the tall model, the centre θ*, the Taylor proxy and
+the Laplace precision, and compiles one function per need:
+
+- :meth:`differences`: d_i = ℓ_i(θ) − q_i(θ) on a batch (value only: MH tests, tuning);
+- :meth:`perturbed`: log p(θ) + ℓ̂ − σ̂²/2 and its exact gradient (HMC-ECS, eq. 4.5);
+- :meth:`signed`: log p(θ) + log|L̂| of the block-Poisson estimator and its gradient
+  (eq. 5.1), with the mini-batch estimates d̂ that give the sign;
+- :meth:`difference_gradient`: the control-variate gradient ∇ℓ̂ (eq. 4.7) for SG methods.
+
+Each is ONE compiled call over the m-row batch graph: q_i needs ℓ_i(θ*) and the first
+and second directional derivatives of ℓ_batch at θ* along v = θ − θ* (forward mode,
+O(m)); the gradient is reverse mode through the estimator's own formula, which
+computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·ℓ_batch, v) with
+w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
+Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
+from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.tall import directional_derivative
+
+__all__ = ["SubsampledTarget"]
+
+
+class SubsampledTarget:
+    """The subsampled log posterior of a tall model around a centre.
+
+    Parameters
+    ----------
+    tall : TallModel
+    center : ndarray (d,)
+        θ* of the control variates.
+    order : {0, 1, 2}
+        Taylor order of the control variates.
+    chunk_size : int
+        Rows per chunk of the one full-data pass (Σℓ, A, B at θ*).
+    """
+
+    def __init__(self, tall, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE):
+        self.tall = tall
+        self.n_rows = tall.n_rows
+        self.proxy = TaylorProxy(tall, center, order, chunk_size=chunk_size)
+        self.center = self.proxy.center
+        self.order = self.proxy.order
+        self._functions = {}
+        self._precision = None
+
+    # ------------------------------------------------------------------ graphs
+    def _differences_graph(self):
+        """d = ℓ_batch(θ) − q_batch(θ), with q from directional derivatives at θ* along v."""
+        tall = self.tall
+        center = tall.theta.type(name="center")
+        # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
+        # must hold v fixed, not differentiate through its dependence on θ*
+        direction = tall.theta.type(name="v")
+        at_center = pytensor.graph_replace(tall.batch_loglik, {tall.theta: center}, strict=False)
+        slope = directional_derivative(at_center, center, direction) if self.order >= 1 else None
+        curvature = directional_derivative(slope, center, direction) if self.order == 2 else None
+        q = truncate(self.order, at_center, slope, curvature)
+        q = pytensor.graph_replace(q, {direction: tall.theta - center}, strict=False)
+        return center, tall.batch_loglik - q
+
+    def _compile(self, key, build):
+        if key not in self._functions:
+            inputs, outputs = build()
+            self._functions[key] = pytensor.function(
+                inputs, outputs, on_unused_input="ignore", trust_input=True
+            )
+        return self._functions[key]
+
+    def _inputs(self, center, *extra):
+        return [self.tall.theta, center, *extra, *self.tall.batch_inputs]
+
+    def _args(self, theta, batch, *extra):
+        dt = self.tall.theta.dtype
+        return (np.asarray(theta, dtype=dt), self.center.astype(dt), *extra, *batch)
+
+    # --------------------------------------------------------------- functions
+    def differences(self, theta, batch):
+        """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
+
+        def build():
+            center, d = self._differences_graph()
+            return self._inputs(center), d
+
+        return self._compile("differences", build)(*self._args(theta, batch))
+
+    def perturbed(self, theta, batch):
+        """log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""
+
+        def build():
+            center, d = self._differences_graph()
+            total, sigma2 = difference_parts(d, self.n_rows)
+            value = self.tall.prior_graph + total - 0.5 * sigma2
+            return self._inputs(center), [value, pytensor.grad(value, self.tall.theta), sigma2]
+
+        value, grad, sigma2 = self._compile("perturbed", build)(*self._args(theta, batch))
+        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
+        return float(value) + sum_q, grad + sum_q_grad, float(sigma2)
+
+    def difference_gradient(self, theta, batch):
+        """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
+
+        def build():
+            center, d = self._differences_graph()
+            total, _ = difference_parts(d, self.n_rows)
+            return self._inputs(center), pytensor.grad(self.tall.prior_graph + total, self.tall.theta)
+
+        grad = self._compile("difference_grad", build)(*self._args(theta, batch))
+        return grad + self.proxy.sum_value_and_grad(theta)[1]
+
+    def difference_jacobian(self, theta, batch):
+        """Per-row ∇d_i(θ) = ∇ℓ_i(θ) − ∇q_i(θ), shape (m, d), for SG methods that keep the terms.
+
+        Forward mode along the d unit vectors: d compiled calls over the batch (a loop over
+        parameters, never over rows), so it costs about d times :meth:`differences`.
+        """
+
+        def build():
+            center, d = self._differences_graph()
+            direction = self.tall.theta.type(name="unit")
+            jvp = directional_derivative(d, self.tall.theta, direction)
+            return self._inputs(center, direction), jvp
+
+        fn = self._compile("difference_jvp", build)
+        dt = self.tall.theta.dtype
+        out = np.empty((int(np.shape(batch[0])[0]) if batch else 1, self.tall.ndim))
+        for j, e in enumerate(np.eye(self.tall.ndim, dtype=dt)):
+            out[:, j] = fn(*self._args(theta, batch, e))
+        return out
+
+    def signed(self, theta, batch, batch_size, a, lam):
+        """log p(θ) + log|L̂| of the block-Poisson estimator (eq. 5.1), its gradient, and d (B·m,).
+
+        ``batch`` holds B·m rows, B ≥ 1 mini-batches of ``batch_size`` rows each, in order.
+        """
+
+        def build():
+            center, d = self._differences_graph()
+            m = pt.lscalar("batch_size")
+            a_, lam_ = pt.dscalar("a"), pt.dscalar("lam")
+            d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
+            value = self.tall.prior_graph + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
+            grad = pytensor.grad(value, self.tall.theta)
+            return self._inputs(center, m, a_, lam_), [value, grad, d]
+
+        fn = self._compile("signed", build)
+        args = self._args(theta, batch, np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float), np.asarray(lam, dtype=float))
+        value, grad, d = fn(*args)
+        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
+        return float(value) + sum_q, grad + sum_q_grad, d
+
+    # ------------------------------------------------------------------ set-up
+    def laplace_precision(self) -> np.ndarray:
+        """−(∇²log p(θ*) + Σ_k H_k(θ*)), the precision of the Laplace approximation at θ*.
+
+        The one computation every step method uses (mass matrix, proposal scale, SG
+        preconditioner, strong convexity), right for every proxy order. When it is not
+        positive definite (θ* far from a mode), the identity is used with a warning.
+        """
+        if self._precision is None:
+            prec = -(self.tall.prior_hessian(self.center) + self.proxy.hess_sum)
+            prec = 0.5 * (prec + prec.T)
+            try:
+                np.linalg.cholesky(prec)
+            except np.linalg.LinAlgError:
+                warnings.warn(
+                    "The Hessian of the log posterior at the centre is not negative definite; "
+                    "using the identity instead of the Laplace precision. Pass a `center` closer "
+                    "to the posterior mode (e.g. pms.find_map()).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                prec = np.eye(self.tall.ndim)
+            self._precision = prec
+        return self._precision
+
+    def prior_value(self, theta) -> float:
+        return float(self.tall.prior_value_and_grad(theta)[0])
