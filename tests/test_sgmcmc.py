@@ -7,7 +7,8 @@ import pymc as pm
 import pytest
 from conftest import DATA, gaussian_linear_model, logistic_data, logistic_model, needs_data
 
-from pymc_subsample import TallModel, TaylorProxy
+from pymc_subsample import TallModel
+from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.estimators.sg_gradients import (
     SGGradient,
@@ -78,18 +79,18 @@ def logistic_setup():
     X, y = logistic_data(2000, 3, seed=5)
     tall = TallModel(logistic_model(X, y))
     center, _ = find_map_theta(tall)
-    return X, tall, TaylorProxy(tall, center)
+    return X, tall, SubsampledTarget(tall, center)
 
 
 def test_cv_gradient_exact_on_gaussian_linear_model():
     model, mean, _ = gaussian_linear_model(n=500)
     tall = TallModel(model)
-    proxy = TaylorProxy(tall, mean)
+    target = SubsampledTarget(tall, mean)
     rng = np.random.default_rng(3)
     theta = mean + rng.normal(scale=0.3, size=3)
-    full, _, n_full = SGGradient(tall, proxy, "full", 10)(rng, theta)
+    full, _, n_full = SGGradient(target, "full", 10)(rng, theta)
     assert n_full == 500
-    est = SGGradient(tall, proxy, "cv", 10)
+    est = SGGradient(target, "cv", 10)
     for _ in range(5):
         g, terms, _ = est(rng, theta)
         np.testing.assert_allclose(g, full, rtol=1e-9, atol=1e-8)
@@ -98,11 +99,11 @@ def test_cv_gradient_exact_on_gaussian_linear_model():
 
 @pytest.mark.parametrize("name", ["plain", "saga", "is", "is-saga", "adaptive"])
 def test_gradient_estimators_unbiased(logistic_setup, name):
-    _, tall, proxy = logistic_setup
+    _, tall, target = logistic_setup
     rng = np.random.default_rng(4)
-    theta = proxy.center + np.array([0.15, -0.1, 0.1])
-    full = SGGradient(tall, proxy, "full", 1)(rng, theta)[0]
-    est = SGGradient(tall, proxy, name, 20)
+    theta = target.center + np.array([0.15, -0.1, 0.1])
+    full = SGGradient(target, "full", 1)(rng, theta)[0]
+    est = SGGradient(target, name, 20)
     table = est.new_table() if est.uses_table else None
     reps = 1500
     draws, traces = np.empty((reps, 3)), np.empty(reps)
@@ -118,13 +119,13 @@ def test_gradient_estimators_unbiased(logistic_setup, name):
 
 
 def test_saga_table_bookkeeping(logistic_setup):
-    _, tall, proxy = logistic_setup
+    _, tall, target = logistic_setup
     rng = np.random.default_rng(5)
-    est = SGGradient(tall, proxy, "saga", 50)
+    est = SGGradient(target, "saga", 50)
     table = est.new_table()
     last_theta = {}
     for t in range(300):
-        theta = proxy.center + 0.1 * rng.normal(size=3)
+        theta = target.center + 0.1 * rng.normal(size=3)
         state = rng.bit_generator.state
         est(rng, theta, table)
         rng.bit_generator.state = state  # replay the draw to learn which rows were used
@@ -146,8 +147,8 @@ def test_saga_table_bookkeeping(logistic_setup):
 
 
 def test_lipschitz_bounds(logistic_setup):
-    X, tall, proxy = logistic_setup
-    heuristic = row_lipschitz_bounds(tall, proxy.center)
+    X, tall, target = logistic_setup
+    heuristic = row_lipschitz_bounds(tall, target.center)
     exact = linear_predictor_lipschitz(X, 0.25)
     assert np.all(heuristic <= exact * (1 + 1e-9) + 1e-3 * heuristic.mean())  # local ≤ sup
     p = lipschitz_probabilities(exact)
@@ -159,10 +160,10 @@ def test_lipschitz_bounds(logistic_setup):
 
 
 def test_strongly_log_concave_probabilities(logistic_setup):
-    X, tall, proxy = logistic_setup
+    X, tall, target = logistic_setup
     lip = linear_predictor_lipschitz(X, 0.25)
-    est = SGGradient(tall, proxy, "is", 20, lipschitz=lip, strong_convexity="auto")
-    prec = proxy.laplace_precision(tall.prior_hessian(proxy.center))
+    est = SGGradient(target, "is", 20, lipschitz=lip, strong_convexity="auto")
+    prec = target.laplace_precision()
     mu = np.linalg.eigvalsh(prec).min() / tall.n_rows  # strong convexity of U/N at θ*
     np.testing.assert_allclose(est.probs, (lip + mu * tall.n_rows) / (lip + mu * tall.n_rows).sum())
     assert est.probs.min() > lip.min() / lip.sum()  # the uniform part lifts the smallest rows

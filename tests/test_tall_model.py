@@ -78,6 +78,10 @@ def test_per_row_gradients_and_hessians_match_logistic_formulas():
     np.testing.assert_allclose(hess, expected, atol=1e-12)
     v = rng.normal(size=4)
     np.testing.assert_allclose(tall.rows_hessian_vector(theta, v, batch), expected @ v, atol=1e-12)
+    u = rng.normal(size=4)
+    value, slope, curvature = tall.rows_directional(theta, u, v, batch)
+    np.testing.assert_allclose(slope, grads @ u, atol=1e-12)
+    np.testing.assert_allclose(curvature, np.einsum("i,kij,j->k", u, expected, v), atol=1e-12)
     # finite differences of the per-row log-likelihoods
     eps = 1e-6
     for j in range(4):

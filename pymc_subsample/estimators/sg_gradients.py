@@ -331,7 +331,8 @@ class SGGradient:
             # parameter over the batch graph, no per-row gradients of ℓ and q separately
             terms = self.n * self.target.difference_jacobian(theta, batch)
             offset = self.proxy.sum_value_and_grad(theta)[1]
-            return prior_grad + offset + terms.mean(axis=0), terms, evals * (2 if self.proxy.order else 1)
+            # per-row evaluations counted as before: ℓ_k at θ and θ*, and H_k v for order 2
+            return prior_grad + offset + terms.mean(axis=0), terms, self.m * (1 + max(self.proxy.order, 1))
         row_grads = np.asarray(tall.loglik_rows_and_grads(theta, batch)[1], dtype=float)
         if self.name == "plain":
             terms = uniform_terms(row_grads, self.n)
