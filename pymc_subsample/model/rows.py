@@ -75,19 +75,24 @@ def find_row_leaves(outputs, n_rows: int) -> list[RowLeaf]:
 
 
 def find_size_constants(outputs, n_rows: int) -> list[Variable]:
-    """Integer shape constants (an RV's ``size`` or an ``Alloc`` shape) starting with N.
+    """Integer shapes equal to N that must become m when rows are subsampled.
 
-    PyMC turns ``observed=`` numpy data into a literal ``size`` such as ``[N]``;
-    when rows are subsampled it must become ``[m]``.
+    Two kinds: a literal ``size`` such as ``[N]`` (PyMC writes one for ``observed=`` numpy
+    data), and the scalar shared length of a mutable dim such as ``dims="obs"`` on
+    ``pm.Data`` (what Bambi writes), which the observed variable's shape reads.
     """
     found = []
     for var in graph_inputs(outputs):
-        if not isinstance(var, Constant) or getattr(var.type, "ndim", None) != 1:
+        if not str(getattr(var.type, "dtype", "")).startswith(("int", "uint")) or n_rows <= 1:
             continue
-        if not str(var.type.dtype).startswith(("int", "uint")):
+        if isinstance(var, SharedVariable) and var.type.ndim == 0:
+            if int(var.get_value(borrow=True)) == n_rows:
+                found.append(var)
+            continue
+        if not isinstance(var, Constant) or var.type.ndim != 1:
             continue
         value = np.asarray(var.data)
-        if 1 <= value.shape[0] <= 8 and value[0] == n_rows and n_rows > 1:
+        if 1 <= value.shape[0] <= 8 and value[0] == n_rows:
             found.append(var)
     return found
 
@@ -112,6 +117,9 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
     for leaf, new in zip(leaves, row_inputs):
         replace[leaf.variable] = pt.expand_dims(new, 0) if single_row else new
     for const in size_constants:
+        if const.type.ndim == 0:  # a dim length
+            replace[const] = pt.cast(n_rows_symbolic, const.dtype)
+            continue
         rest = pt.as_tensor_variable(np.asarray(const.data)[1:].astype(const.dtype))
         head = pt.cast(pt.atleast_1d(n_rows_symbolic), const.dtype)
         replace[const] = pt.concatenate([head, rest]) if rest.type.shape[0] else head

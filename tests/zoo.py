@@ -1,0 +1,218 @@
+"""The model zoo of DESIGN.md: the models PyMC users write, with X and y as ``pm.Data``.
+
+Each builder takes N and a seed and returns a fresh ``pm.Model`` on synthetic data drawn
+from the model itself. Tests (``tests/test_zoo.py``) and ``benchmarks/zoo.py`` share them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+
+__all__ = ["ZOO", "build"]
+
+
+def _design(rng, n, d):
+    return rng.normal(size=(n, d))
+
+
+def logistic(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 4)
+    y = rng.random(n) < 1 / (1 + np.exp(-(0.3 + X @ [0.5, -1.0, 0.3, 0.8])))
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        y_ = pm.Data("y", y.astype(float))
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, shape=4)
+        pm.Bernoulli("obs", logit_p=alpha + X_ @ beta, observed=y_)
+    return model
+
+
+def bambi_form(n, seed=0):
+    """What Bambi writes: one pm.Data per term with dims on the rows, one scalar per term."""
+    rng = np.random.default_rng(seed)
+    age, work = rng.normal(size=n), rng.normal(size=n)
+    afam = (rng.random(n) < 0.2).astype(float)
+    eta = -0.2 + 0.4 * age - 0.6 * work + 0.5 * afam
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+    with pm.Model(coords={"__obs__": np.arange(n)}) as model:
+        data = {k: pm.Data(k, v, dims="__obs__") for k, v in {"age": age, "work": work, "afam": afam}.items()}
+        intercept = pm.Normal("Intercept", 0, 2.5)
+        slopes = {k: pm.Normal(k + "_coef", 0, 1) for k in data}
+        eta_ = intercept + sum(slopes[k] * data[k] for k in data)
+        pm.Bernoulli("morekids", p=pm.math.invlogit(eta_), observed=pm.Data("y", y, dims="__obs__"),
+                     dims="__obs__")
+    return model
+
+
+def _groups(rng, n, k=20):
+    return rng.integers(0, k, size=n), k
+
+
+def hierarchical_noncentred(n, seed=0):
+    rng = np.random.default_rng(seed)
+    group, k = _groups(rng, n)
+    x = rng.normal(size=n)
+    a_true = rng.normal(0.2, 0.5, size=k)
+    y = rng.random(n) < 1 / (1 + np.exp(-(a_true[group] + 0.7 * x)))
+    with pm.Model(coords={"group": np.arange(k)}) as model:
+        g = pm.Data("group_idx", group)
+        x_ = pm.Data("x", x)
+        mu = pm.Normal("mu_a", 0, 1)
+        tau = pm.HalfNormal("tau_a", 1)
+        z = pm.Normal("z_a", 0, 1, dims="group")
+        a = pm.Deterministic("a", mu + tau * z, dims="group")
+        b = pm.Normal("b", 0, 1)
+        pm.Bernoulli("obs", logit_p=a[g] + b * x_, observed=pm.Data("y", y.astype(float)))
+    return model
+
+
+def hierarchical_centred(n, seed=0):
+    rng = np.random.default_rng(seed)
+    group, k = _groups(rng, n)
+    x = rng.normal(size=n)
+    a_true = rng.normal(0.2, 0.5, size=k)
+    y = a_true[group] + 0.7 * x + rng.normal(size=n)
+    with pm.Model(coords={"group": np.arange(k)}) as model:
+        g = pm.Data("group_idx", group)
+        x_ = pm.Data("x", x)
+        mu = pm.Normal("mu_a", 0, 1)
+        tau = pm.HalfNormal("tau_a", 1)
+        a = pm.Normal("a", mu, tau, dims="group")
+        b = pm.Normal("b", 0, 1)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("obs", mu=a[g] + b * x_, sigma=sigma, observed=pm.Data("y", y))
+    return model
+
+
+def linear(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 3)
+    y = 1.0 + X @ [1.0, -0.5, 0.25] + 0.8 * rng.normal(size=n)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        alpha = pm.Normal("alpha", 0, 5)
+        beta = pm.Normal("beta", 0, 2, shape=3)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("obs", mu=alpha + X_ @ beta, sigma=sigma, observed=pm.Data("y", y))
+    return model
+
+
+def poisson_offset(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    exposure = rng.uniform(0.5, 2.0, size=n)
+    y = rng.poisson(exposure * np.exp(0.2 + X @ [0.3, -0.2]))
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        log_exposure = pm.Data("log_exposure", np.log(exposure))
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Poisson("obs", mu=pm.math.exp(log_exposure + alpha + X_ @ beta), observed=pm.Data("y", y))
+    return model
+
+
+def negative_binomial(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    mu = np.exp(0.5 + X @ [0.3, -0.2])
+    y = rng.negative_binomial(3.0, 3.0 / (3.0 + mu))
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        alpha = pm.Normal("alpha", 0, 2)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        shape = pm.Gamma("shape", 2, 0.5)
+        pm.NegativeBinomial("obs", mu=pm.math.exp(alpha + X_ @ beta), alpha=shape, observed=pm.Data("y", y))
+    return model
+
+
+def student_t(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    y = 0.5 + X @ [1.0, -1.0] + rng.standard_t(5.0, size=n)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        alpha = pm.Normal("alpha", 0, 5)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        sigma = pm.HalfNormal("sigma", 2)
+        nu = pm.Gamma("nu", 2, 0.1)
+        pm.StudentT("obs", nu=nu, mu=alpha + X_ @ beta, sigma=sigma, observed=pm.Data("y", y))
+    return model
+
+
+def mvnormal_lkj(n, seed=0):
+    rng = np.random.default_rng(seed)
+    cov = np.array([[1.0, 0.5], [0.5, 2.0]])
+    y = rng.multivariate_normal([0.5, -0.5], cov, size=n)
+    with pm.Model() as model:
+        chol, _, _ = pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(2.0), compute_corr=True)
+        mu = pm.Normal("mu", 0, 2, shape=2)
+        pm.MvNormal("obs", mu=mu, chol=chol, observed=pm.Data("y", y))
+    return model
+
+
+def two_observed(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    eta = X @ [0.6, -0.4]
+    y1 = 1.0 + eta + rng.normal(size=n)
+    y2 = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        alpha = pm.Normal("alpha", 0, 2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("y1", mu=alpha + X_ @ beta, sigma=sigma, observed=pm.Data("y1_data", y1))
+        pm.Bernoulli("y2", logit_p=X_ @ beta, observed=pm.Data("y2_data", y2))
+    return model
+
+
+def deterministic_potential(n, seed=0):
+    """A Deterministic of length N and a prior-only Potential that pulls beta[0] towards 2."""
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    y = X @ [0.4, 0.1] + rng.normal(size=n)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        mu = pm.Deterministic("mu", X_ @ beta)
+        # a prior term only: -½ (β₀ − 2)² / 0.01², strong enough to move the posterior
+        pm.Potential("pull", -0.5 * ((beta[0] - 2.0) / 0.01) ** 2)
+        pm.Normal("obs", mu=mu, sigma=1.0, observed=pm.Data("y", y))
+    return model
+
+
+def set_data_predictive(n, seed=0):
+    """The pm.set_data idiom: shape of obs follows X, so new X gives new predictions."""
+    rng = np.random.default_rng(seed)
+    X = _design(rng, n, 2)
+    y = 0.5 + X @ [1.0, 0.5] + rng.normal(size=n)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        y_ = pm.Data("y", y)
+        alpha = pm.Normal("alpha", 0, 5)
+        beta = pm.Normal("beta", 0, 2, shape=2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Normal("obs", mu=alpha + X_ @ beta, sigma=sigma, observed=y_, shape=X_.shape[0])
+    return model
+
+
+ZOO = {
+    "logistic": logistic,
+    "bambi_form": bambi_form,
+    "hierarchical_noncentred": hierarchical_noncentred,
+    "hierarchical_centred": hierarchical_centred,
+    "linear": linear,
+    "poisson_offset": poisson_offset,
+    "negative_binomial": negative_binomial,
+    "student_t": student_t,
+    "mvnormal_lkj": mvnormal_lkj,
+    "two_observed": two_observed,
+    "deterministic_potential": deterministic_potential,
+    "set_data_predictive": set_data_predictive,
+}
+
+
+def build(name, n=20_000, seed=0):
+    return ZOO[name](n, seed)
