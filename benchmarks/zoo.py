@@ -1,0 +1,113 @@
+"""Zoo benchmark (issue 10): per model, set-up, ms per leapfrog step and one full-data gradient.
+
+For each zoo model (tests/zoo.py, X and y as pm.Data) at N rows, measured side by side in one
+process:
+- warm set-up: constructing ``pms.HMCECS()`` a second time (compiled functions cached on disk),
+  in seconds and as a multiple of one full-data gradient pass;
+- ms per leapfrog step: one call of the subsampled potential at m = 1000 (what PyMC's
+  integrator calls once per leapfrog step);
+- one full-data gradient: PyMC's own ``logp_dlogp_function`` on all N rows (what full-data
+  NUTS pays per leapfrog step), and the ratio.
+
+``--cold`` also measures, each in a subprocess with an empty PyTensor cache, the time from
+``pm.sample`` with HMCECS to the end of a 1-draw run against the same for PyMC's NUTS.
+
+Usage: python benchmarks/zoo.py [--rows 100000] [--models logistic linear ...] [--cold]
+"""
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from zoo import ZOO, build  # noqa: E402
+
+import pymc_subsample as pms  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def best(fn, repeats=50):
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def measure(name, n_rows):
+    model = build(name, n_rows)
+    with model:
+        t = time.perf_counter()
+        pms.HMCECS(rng=0)
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        step = pms.HMCECS(rng=0)
+        warm = time.perf_counter() - t
+        full = model.logp_dlogp_function(ravel_inputs=True)
+        full.set_extra_values({})
+        x0 = step.proxy.center
+        t_full = best(lambda: full(x0), 10)
+    step.potential.subsample = step._draw_subsample()
+    t_leap = best(lambda: step.potential._pytensor_function(x0 + 1e-3), 200)
+    return dict(d=step.tall.ndim, first=first, warm=warm, passes=warm / t_full, leap=t_leap, full=t_full)
+
+
+COLD = """
+import time, warnings, sys
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {tests!r})
+from zoo import build
+import pymc as pm, pymc_subsample as pms
+model = build({name!r}, {rows})
+t = time.perf_counter()
+with model:
+    step = pms.HMCECS(rng=0) if {ours} else None
+    pm.sample(step=step, draws=1, tune=0, chains=1, progressbar=False, compute_convergence_checks=False)
+print(time.perf_counter() - t)
+"""
+
+
+def cold(name, n_rows, ours):
+    code = COLD.format(tests=str(Path(__file__).resolve().parents[1] / "tests"), name=name, rows=n_rows,
+                       ours=ours)
+    with tempfile.TemporaryDirectory() as compiledir:
+        env = dict(os.environ, PYTENSOR_FLAGS=f"compiledir={compiledir}")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--models", nargs="*", default=[m for m in ZOO if m != "mvnormal_lkj"])
+    parser.add_argument("--cold", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"N = {args.rows}, m = 1000, X and y as pm.Data")
+    print("\n| model | d | set-up first / warm (s) | warm set-up in full-gradient passes | ms per leapfrog "
+          "(m = 1000) | full-data gradient (ms) | full / leapfrog |" + (" cold first draw HMCECS / NUTS (s) |"
+                                                                     if args.cold else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.cold else ""))
+    for name in args.models:
+        r = measure(name, args.rows)
+        line = (f"| {name} | {r['d']} | {r['first']:.1f} / {r['warm']:.1f} | {r['passes']:.0f} | "
+                f"{r['leap'] * 1e3:.3f} | {r['full'] * 1e3:.1f} | {r['full'] / r['leap']:.0f} |")
+        if args.cold:
+            ours, nuts = cold(name, args.rows, True), cold(name, args.rows, False)
+            line += f" {ours:.0f} / {nuts:.0f} = {ours / nuts:.1f}× |"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
