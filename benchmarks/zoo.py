@@ -83,7 +83,8 @@ def cold(name, n_rows, ours):
                        ours=ours)
     with tempfile.TemporaryDirectory() as compiledir:
         env = dict(os.environ, PYTENSOR_FLAGS=f"compiledir={compiledir}")
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 

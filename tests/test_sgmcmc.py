@@ -8,7 +8,6 @@ import pytest
 from conftest import DATA, gaussian_linear_model, logistic_data, logistic_model, needs_data
 
 from pymc_subsample import TallModel
-from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.estimators.sg_gradients import (
     SGGradient,
@@ -18,6 +17,7 @@ from pymc_subsample.estimators.sg_gradients import (
     lipschitz_probabilities,
     row_lipschitz_bounds,
 )
+from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
 

@@ -146,7 +146,9 @@ def mvnormal_lkj(n, seed=0):
     cov = np.array([[1.0, 0.5], [0.5, 2.0]])
     y = rng.multivariate_normal([0.5, -0.5], cov, size=n)
     with pm.Model() as model:
-        chol, _, _ = pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(2.0), compute_corr=True)
+        chol, _, _ = pm.LKJCholeskyCov(
+            "chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(2.0), compute_corr=True
+        )
         mu = pm.Normal("mu", 0, 2, shape=2)
         pm.MvNormal("obs", mu=mu, chol=chol, observed=pm.Data("y", y))
     return model

@@ -76,7 +76,8 @@ class TaylorProxy:
 
     def rows_value_and_grad(self, theta, batch):
         """q_k(θ) (m,) and ∇q_k(θ) = ∇ℓ_k(θ*) + H_k(θ*)v (m, d), for SG estimators that
-        keep per-row terms (2d forward passes over the batch)."""
+        keep per-row terms (2d forward passes over the batch).
+        """
         v = np.asarray(theta, dtype=float) - self.center
         q = self.rows_value(theta, batch)
         if self.order == 0:
@@ -96,7 +97,7 @@ class TaylorProxy:
 
 
 def truncate(order, at_center, slope, curvature):
-    """q = ℓ(θ*) + slope + ½ curvature, truncated at ``order`` (arrays or PyTensor tensors)."""
+    """The proxy q = ℓ(θ*) + slope + ½ curvature, truncated at ``order`` (arrays or PyTensor tensors)."""
     q = at_center
     if order >= 1:
         q = q + slope

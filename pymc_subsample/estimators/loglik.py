@@ -115,7 +115,6 @@ def block_poisson(d_batches, n, a, lam, sum_q=0.0):
         raise ValueError("d_batches must have shape (number of mini-batches, m).")
     m = d_batches.shape[1] if d_batches.size else 1
     d_hat = (n / m) * d_batches.sum(axis=1)
-    factors = (d_hat - a) / lam
     with np.errstate(divide="ignore"):
         log_abs = sum_q + block_poisson_log_abs(d_hat, a, lam, np.log)
         weights = np.broadcast_to(((n / m) / (d_hat - a))[:, None], d_batches.shape).copy()

@@ -58,7 +58,7 @@ class SubsampledTarget:
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):
-        """d = ℓ_batch(θ) − q_batch(θ), with q from directional derivatives at θ* along v."""
+        """D = ℓ_batch(θ) − q_batch(θ), with q from directional derivatives at θ* along v."""
         tall = self.tall
         center = tall.theta.type(name="center")
         # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
@@ -97,7 +97,7 @@ class SubsampledTarget:
         return self._compile("differences", build)(*self._args(theta, batch))
 
     def perturbed(self, theta, batch):
-        """log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""
+        """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""
 
         def build():
             center, d = self._differences_graph()
@@ -141,7 +141,7 @@ class SubsampledTarget:
         return out
 
     def signed(self, theta, batch, batch_size, a, lam):
-        """log p(θ) + log|L̂| of the block-Poisson estimator (eq. 5.1), its gradient, and d (B·m,).
+        """Log p(θ) + log|L̂| of the block-Poisson estimator (eq. 5.1), its gradient, and d (B·m,).
 
         ``batch`` holds B·m rows, B ≥ 1 mini-batches of ``batch_size`` rows each, in order.
         """
@@ -156,7 +156,9 @@ class SubsampledTarget:
             return self._inputs(center, m, a_, lam_), [value, grad, d]
 
         fn = self._compile("signed", build)
-        args = self._args(theta, batch, np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float), np.asarray(lam, dtype=float))
+        scalars = (np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float),
+                   np.asarray(lam, dtype=float))
+        args = self._args(theta, batch, *scalars)
         value, grad, d = fn(*args)
         sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
         return float(value) + sum_q, grad + sum_q_grad, d

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-
 __all__ = ["choose_block_poisson", "choose_subsample_size", "laplace_draws", "pilot_differences"]
 
 

@@ -9,8 +9,6 @@ of arrays holding the rows of every row leaf for an index vector.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pymc as pm
 import pytensor

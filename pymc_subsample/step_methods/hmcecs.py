@@ -25,7 +25,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.kernels.potential import Estimate, SubsampledPotential
+from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
     draw_signed,
