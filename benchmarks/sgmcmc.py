@@ -28,10 +28,11 @@ from pathlib import Path
 import numpy as np
 import pymc as pm
 
-from pymc_subsample import TallModel, TaylorProxy
+from pymc_subsample import TallModel
 from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.datasets import load_cod_rna, load_mnist, load_skin
 from pymc_subsample.estimators.sg_gradients import linear_predictor_lipschitz
+from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGLD, drop_unconverged
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
@@ -173,8 +174,7 @@ def osgfs_benchmark(model, reference_mean, reference_sd, batch_size, draws, c=0.
 def laplace_reference(model):
     tall = TallModel(model)
     center, _ = find_map_theta(tall)
-    proxy = TaylorProxy(tall, center)
-    cov = np.linalg.inv(proxy.laplace_precision(tall.prior_hessian(center)))
+    cov = np.linalg.inv(SubsampledTarget(tall, center).laplace_precision())
     return center, np.sqrt(np.diag(cov))
 
 
