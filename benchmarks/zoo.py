@@ -25,24 +25,13 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from estimator import best_time  # noqa: E402
 from zoo import ZOO, build  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
 
 warnings.filterwarnings("ignore")
-
-
-def best(fn, repeats=50):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def measure(name, n_rows):
@@ -57,9 +46,9 @@ def measure(name, n_rows):
         full = model.logp_dlogp_function(ravel_inputs=True)
         full.set_extra_values({})
         x0 = step.proxy.center
-        t_full = best(lambda: full(x0), 10)
+        t_full = best_time(lambda: full(x0), 10)
     step.potential.subsample = step._draw_subsample()
-    t_leap = best(lambda: step.potential._pytensor_function(x0 + 1e-3), 200)
+    t_leap = best_time(lambda: step.potential._pytensor_function(x0 + 1e-3), 200)
     return dict(d=step.tall.ndim, first=first, warm=warm, passes=warm / t_full, leap=t_leap, full=t_full)
 
 
