@@ -218,3 +218,32 @@ ZOO = {
 
 def build(name, n=20_000, seed=0):
     return ZOO[name](n, seed)
+
+
+def agreement(idata, reference, var_names):
+    """Per variable: min ESS, max MCSE-scaled |Δmean| (z) and sd ratios of ``idata`` against a reference.
+
+    z = |mean − mean_ref| / √(sd²/ESS + sd²/ESS_ref): the Monte Carlo standard error of the
+    difference, so the tolerance on z is fixed and a minimum ESS keeps it from widening.
+    """
+    import arviz as az
+
+    ess, ess_ref = az.ess(idata, var_names=var_names), az.ess(reference, var_names=var_names)
+    out = {}
+    for var in var_names:
+        draws = idata.posterior[var].values.reshape(-1, *idata.posterior[var].shape[2:])
+        refs = reference.posterior[var].values.reshape(-1, *reference.posterior[var].shape[2:])
+        sd = refs.std(axis=0)
+        e = np.asarray(ess[var].values).reshape(sd.shape)
+        e_ref = np.asarray(ess_ref[var].values).reshape(sd.shape)
+        mcse = np.sqrt(sd**2 / e + sd**2 / e_ref)
+        out[var] = dict(ess=float(np.min(e)), z=float(np.max(np.abs(draws.mean(0) - refs.mean(0)) / mcse)),
+                        shift=float(np.max(np.abs(draws.mean(0) - refs.mean(0)) / sd)),
+                        sd_ratio=np.atleast_1d(draws.std(axis=0) / sd))
+    return out
+
+
+def agrees(result, min_ess=100, z_max=4.5, sd_tol=0.25):
+    """Whether every variable of :func:`agreement` has ESS ≥ min_ess, z < z_max and sd within sd_tol."""
+    return all(r["ess"] >= min_ess and r["z"] < z_max and np.all(np.abs(r["sd_ratio"] - 1) < sd_tol)
+               for r in result.values())

@@ -13,12 +13,14 @@ import warnings
 
 import numpy as np
 import pymc as pm
+from pymc.blocking import DictToArrayBijection
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.control_variates.taylor import check_proxy_order
+from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel, observation_axis_length
@@ -31,6 +33,7 @@ class SubsampleStepState(StepMethodState):
     """Fields every subsampling step carries; subclasses add theirs."""
 
     tune: bool
+    monitor: object
 
 
 class SubsampleStep(ArrayStepShared):
@@ -78,6 +81,24 @@ class SubsampleStep(ArrayStepShared):
         self.proxy = self.target.proxy
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)
+        self.monitor = None  # built at the first post-warm-up draw, when run_checks can see all fields
+
+    #: what to change when the ESS check fails (subclasses say it for their own knobs)
+    ess_remedy = "Run more draws, or use a step method that mixes faster."
+
+    def run_checks(self) -> list[RunCheck]:
+        """The checks this step runs on its post-warm-up draws (subclasses add their own)."""
+        return [ess_check(type(self).__name__, self.ess_remedy)]
+
+    def step(self, point):
+        """One PyMC step; after warm-up, θ and the stats are recorded and checked (warn once each)."""
+        new_point, stats = super().step(point)
+        if not self.tune:
+            if self.monitor is None:
+                self.monitor = RunMonitor(self.run_checks())
+            theta = DictToArrayBijection.map({name: new_point[name] for name in self.var_names}).data
+            self.monitor.record(theta, stats[0])
+        return new_point, stats
 
     def check_arguments(self, n_rows: int):
         """Validate the step's own arguments against N before any set-up (subclasses extend)."""

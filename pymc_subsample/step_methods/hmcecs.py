@@ -17,7 +17,6 @@ simulation-consistent after weighting draws by the ``sign`` stat
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
@@ -38,14 +38,11 @@ from pymc_subsample.kernels.tuning import (
     laplace_draws,
     pilot_differences,
 )
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size
 from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample.indices import block_slices
 
 __all__ = ["HMCECS"]
-
-_CHECK_EVERY = 200  # post-tuning iterations between diagnostic checks
-
 
 @dataclass_state
 class HMCECSState(SubsampleStepState):
@@ -54,8 +51,6 @@ class HMCECSState(SubsampleStepState):
     current: Any
     current_theta: Any
     started: bool = False
-    diagnostics: dict = field(default_factory=dict)
-    warned: set = field(default_factory=set)
 
 
 class HMCECS(SubsampleStep):
@@ -168,8 +163,6 @@ class HMCECS(SubsampleStep):
         self.subsample = None  # drawn with the chain's rng at its first step
         self.current = None
         self.current_theta = None
-        self.diagnostics = {}
-        self.warned = set()
 
     def check_arguments(self, n_rows):
         subsample_size, num_blocks = self._requested
@@ -273,8 +266,6 @@ class HMCECS(SubsampleStep):
             n_grad_evals=grad_rows,
             sign=self.current.sign,
         )
-        if not self.tune:
-            self._track(stats)
         return q_new, [stats]
 
     # ------------------------------------------------------ tuning and checks
@@ -291,49 +282,32 @@ class HMCECS(SubsampleStep):
         super().set_rng(rng)
         self.inner.set_rng(self.rng.spawn(1)[0])
 
-    def _track(self, stats):
-        diag = self.diagnostics
-        diag["n"] = diag.get("n", 0) + 1
-        for key in ("subsample_accept", "loglik_var", "sign"):
-            diag[key] = diag.get(key, 0.0) + float(stats[key])
-        if diag["n"] % _CHECK_EVERY == 0:
-            self.check_diagnostics()
+    ess_remedy = ("Increase subsample_size (or use subsample_size='auto') so that σ̂² is near 1, and "
+                  "check that the centre is near the posterior mode.")
 
-    def check_diagnostics(self):
-        """Warn (once per chain) when the post-tuning diagnostics look poor; never raises."""
-        n = self.diagnostics.get("n", 0)
-        if n == 0:
-            return
-        mean_var = self.diagnostics["loglik_var"] / n
-        accept = self.diagnostics["subsample_accept"] / n
-        positive = 0.5 * (1 + self.diagnostics["sign"] / n)
-        checks = [
-            (
-                "variance",
-                mean_var > 3 * max(self.target_variance, 1.0),
-                f"HMCECS: the log-likelihood estimator's variance σ̂² averages {mean_var:.3g}, far above "
+    def run_checks(self):
+        """ESS, mean σ̂², subsample acceptance and (signed) sign fraction after warm-up."""
+        target = max(self.target_variance, 1.0)
+        checks = super().run_checks() + [
+            mean_check(
+                "variance", "loglik_var", lambda v: v > 3 * target,
+                "HMCECS: the log-likelihood estimator's variance σ̂² averages {value:.3g}, far above "
                 f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
                 "Increase subsample_size (or use subsample_size='auto'), use proxy_order=2, or pass a "
-                "center closer to the posterior mode.",
-            ),
-            (
-                "accept",
-                accept < 0.05,
-                f"HMCECS: only {100 * accept:.1f}% of subsample updates were accepted; the chain on u "
-                "is sticky. Increase num_blocks (more correlated proposals) or subsample_size.",
-            ),
-            (
-                "sign",
-                self.estimator == "signed" and positive < 0.6,
-                f"HMCECS: only {100 * positive:.0f}% of signed likelihood estimates were positive; "
-                "sign-weighted estimates will be very noisy. Increase subsample_size or target a "
-                "smaller target_variance.",
-            ),
+                "center closer to the posterior mode."),
+            mean_check(
+                "accept", "subsample_accept", lambda v: v < 0.05,
+                "HMCECS: only {value:.1%} of subsample updates were accepted; the chain on u is sticky. "
+                "Increase num_blocks (more correlated proposals) or subsample_size."),
         ]
-        for key, bad, message in checks:
-            if bad and key not in self.warned:
-                self.warned.add(key)
-                warn_poor(message)
+        if self.estimator == "signed":
+            # the mean sign s̄ = 2 P(positive) − 1, so P(positive) < 0.6 ⇔ s̄ < 0.2
+            checks.append(mean_check(
+                "sign", "sign", lambda v: v < 0.2,
+                "HMCECS: the mean sign of the signed likelihood estimates is {value:.2f} (below 0.2, i.e. "
+                "under 60% positive); sign-weighted estimates will be very noisy. Increase "
+                "subsample_size or target a smaller target_variance."))
+        return checks
 
 
 def _check_choice(name, value, allowed):

@@ -17,8 +17,10 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
+from pymc_subsample.kernels import sg_tuning
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
 
 __all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
@@ -32,6 +34,20 @@ _STATS = {
 
 _DIVERGED = ("{name}: θ became non-finite (the chain diverged); the move was rejected and the chain "
              "stays put. Reduce step_size, or use a lower-variance gradient (cv, adaptive, larger batch).")
+
+
+class _SGChecks:
+    """Post-warm-up checks shared by the SG step methods: ESS (base) and divergences."""
+
+    ess_remedy = ("Use the default step_size (None) and gradient='cv', or raise thin so that each "
+                  "draw spans more steps.")
+
+    def run_checks(self):
+        return super().run_checks() + [mean_check(
+            "diverging", "diverging", lambda v: v > 0.0,
+            f"{type(self).__name__}: {{value:.1%}} of the draws after warm-up diverged (θ became "
+            "non-finite and the move was rejected). Reduce step_size, or use a lower-variance "
+            "gradient (cv, adaptive, larger batch).")]
 
 
 def _finite(name, state_owner, new, old):
@@ -85,15 +101,47 @@ def _batch_default(tall, batch_size):
     return math.ceil(math.sqrt(tall.n_rows)) if batch_size is None else batch_size
 
 
+def _precision(step, matrix):
+    """None, the Laplace precision at θ* ("laplace") or a given positive definite (d, d) matrix."""
+    if matrix is None:
+        return None
+    if isinstance(matrix, str) and matrix == "laplace":
+        return step.target.laplace_precision()
+    mat = np.asarray(matrix, dtype=float)
+    d = step.tall.ndim
+    try:
+        if mat.shape != (d, d):
+            raise np.linalg.LinAlgError
+        np.linalg.cholesky(mat)
+    except (np.linalg.LinAlgError, ValueError):
+        raise ValueError(f"The preconditioner / mass_matrix must be None, 'laplace' or a positive "
+                         f"definite ({d}, {d}) matrix; got {matrix!r}.") from None
+    return mat
+
+
+def _whitening(step, matrix):
+    return sg_tuning.Whitening(step.target.center, _precision(step, matrix))
+
+
+def _start(step, theta):
+    """The chain's first θ: a Laplace draw around θ* (θ* itself without whitening), once per chain."""
+    if step.init_at_center and not step.started:
+        theta = step.whitening.to_theta(step.rng.standard_normal(theta.shape[0])) \
+            if step.whitening.chol is not None else step.target.center.copy()
+    step.started = True
+    return theta
+
+
 @dataclass_state
 class SGLDState(SubsampleStepState):
     iteration: int
     saga: object
+    started: bool
     noise_warned: bool
     diverge_warned: bool
 
 
-class SGLD(SubsampleStep):
+class SGLD(_SGChecks, SubsampleStep):
     """Stochastic-gradient Langevin dynamics with variance-reduced gradients (seed 000).
 
     θ' = θ + ε ĝ(θ) + √(2ε) ξ (seed 000 Alg. 2; seed 004 §6.2's ε is 2× this ε).
@@ -103,10 +151,19 @@ class SGLD(SubsampleStep):
     inflates it by about ε Cov(ĝ)/2 (seed 000 §4.2). ``noise_adjust`` removes the
     second part when ĝ is Gaussian; decreasing schedules remove both asymptotically.
 
+    Defaults (``step_size=None``): the dynamics run in the coordinates whitened by the
+    Laplace precision P = C Cᵀ at θ* (preconditioned Langevin θ' = θ + ε P⁻¹ĝ + √(2ε) C⁻ᵀξ),
+    where the posterior is ≈ N(0, I). ε is then the largest step whose stationary sd on
+    that Gaussian is at most 5% too wide given the gradient noise measured at four
+    Laplace draws (:func:`~pymc_subsample.kernels.sg_tuning.langevin_step_size`):
+    ε ≈ 0.19 for a low-noise ``"cv"`` gradient, smaller for noisier estimators. ``thin``
+    then defaults to ⌈1/ε⌉ inner steps per draw (capped at 50), about one relaxation
+    time, and each chain starts at a Laplace draw around θ*.
+
     Parameters
     ----------
-    step_size : float
-        ε (constant schedule), required unless ``schedule`` gives the step sizes.
+    step_size : float, optional
+        ε (constant schedule). Default None: the rule above, in whitened coordinates.
     batch_size : int, optional
         m, rows per gradient estimate (default ⌈√N⌉, seed 000 §3).
     gradient : {"plain", "cv", "saga", "is", "is-saga", "adaptive", "full"}
@@ -114,11 +171,19 @@ class SGLD(SubsampleStep):
         adaptive IS-SAGA of seed 000 §5.1, "full" the exact gradient (LD).
     schedule : None, "constant", ("polynomial", a, b, gamma) or callable
         ε_t over inner iterations t: a (b + t)^-γ is Welling & Teh's decreasing schedule.
+    preconditioner : "auto", "laplace", None or ndarray
+        Precision P whose Cholesky factor whitens θ. "auto": "laplace" when ``step_size``
+        and ``schedule`` are None, else None (the seeds' unpreconditioned dynamics, where
+        ε is in the units of θ).
     noise_adjust : bool
-        Inject N(0, 2εI − ε² Ĉov(ĝ)) instead of N(0, 2εI) (seed 000 §5.2.2); warns when
-        that matrix is not positive definite (ε too large for the estimator's noise).
-    thin : int
-        Inner iterations per stored draw.
+        Inject N(0, 2εI − ε² Ĉov(ĝ)) instead of N(0, 2εI) (seed 000 §5.2.2, in whitened
+        coordinates when preconditioned); warns when that matrix is not positive definite
+        (ε too large for the estimator's noise).
+    thin : int, optional
+        Inner iterations per stored draw (default: ⌈1/ε⌉ ≤ 50 with the default step size, else 1).
+    init_at_center : bool, default True
+        Start each chain at a Laplace draw around θ* (at θ* without a preconditioner)
+        instead of PyMC's initial point, where the control variates may be poor.
     lipschitz, strong_convexity
         Passed to :class:`SGGradient` for the importance-sampling estimators.
     **kwargs
@@ -131,18 +196,37 @@ class SGLD(SubsampleStep):
     _state_class = SGLDState
 
     def __init__(self, vars=None, *, step_size=None, batch_size=None, gradient="cv", schedule=None,
-                 noise_adjust=False, thin=1, lipschitz=None, strong_convexity=None, **kwargs):
-        self._eps = _schedule(step_size, schedule)
-        self.thin = _positive(thin, "thin", integer=True)
-        self.noise_adjust = bool(noise_adjust)
+                 preconditioner="auto", noise_adjust=False, thin=None, init_at_center=True, lipschitz=None,
+                 strong_convexity=None, **kwargs):
+        auto = step_size is None and schedule is None
+        self._eps = None if auto else _schedule(step_size, schedule)
+        thin = thin if thin is not None else (None if auto else 1)
+        self.thin = None if thin is None else _positive(thin, "thin", integer=True)
+        self.noise_adjust, self.init_at_center = bool(noise_adjust), bool(init_at_center)
         _check_gradient(gradient)  # before the (costly) centre and proxy
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz, strong_convexity=strong_convexity)
-        self.iteration, self.saga, self.noise_warned, self.diverge_warned = 0, None, False, False
+        if isinstance(preconditioner, str) and preconditioner == "auto":
+            preconditioner = "laplace" if auto else None
+        self.whitening = _whitening(self, preconditioner)
+        if auto:
+            eps = sg_tuning.langevin_step_size(self._gradient_noise())
+            self._eps = lambda t: eps
+            self.thin = self.thin or min(50, math.ceil(1.0 / eps))
+        self.iteration, self.saga, self.started = 0, None, False
+        self.noise_warned, self.diverge_warned = False, False
+
+    def _gradient_noise(self):
+        """Noise s (:func:`~pymc_subsample.kernels.sg_tuning.whitened_gradient_noise`) of this estimator."""
+        table = self.estimator.new_table() if self.estimator.uses_table else None
+        rng = np.random.default_rng(0)  # set-up is deterministic: every chain gets the same ε
+        return sg_tuning.whitened_gradient_noise(
+            lambda theta: self.estimator(rng, theta, table, 0.1)[1], self.whitening, rng)
 
     def astep(self, q0):
-        theta = np.asarray(q0.data, dtype=float).copy()
+        theta = _start(self, np.asarray(q0.data, dtype=float).copy())
+        whiten = self.whitening
         evals, grad_var, diverging = 0, float("nan"), False
         for _ in range(self.thin):
             eps = float(self._eps(self.iteration))
@@ -159,7 +243,7 @@ class SGLD(SubsampleStep):
             else:
                 cov, grad_var = estimator_covariance(terms, full=self.noise_adjust)
                 if cov is not None and np.all(np.isfinite(cov)):
-                    factor, ok = dyn.adjusted_noise_factor(eps, cov)
+                    factor, ok = dyn.adjusted_noise_factor(eps, whiten.covariance(cov))
                     if not ok and not self.noise_warned:
                         self.noise_warned = True
                         warn_poor(
@@ -167,7 +251,9 @@ class SGLD(SubsampleStep):
                             "gradient noise exceeds the Langevin noise; the injected noise was clipped. "
                             "Reduce step_size or use a lower-variance gradient (cv, adaptive)."
                         )
-            theta, div = _finite("SGLD", self, dyn.langevin_step(self.rng, theta, grad, eps, factor), theta)
+            z = dyn.langevin_step(self.rng, whiten.to_z(theta), whiten.gradient(grad), eps, factor)
+            moved = whiten.to_theta(z)
+            theta, div = _finite("SGLD", self, moved, theta)
             diverging |= div
             if self.saga is not None:  # a rejected non-finite step must not poison the drift sum
                 self.saga.record_drift(0.0 if div else eps**2 * float(grad @ grad))
@@ -179,10 +265,11 @@ class SGLD(SubsampleStep):
 @dataclass_state
 class SGHMCState(SubsampleStepState):
     iteration: int
+    started: bool
     diverge_warned: bool
 
 
-class SGHMC(SubsampleStep):
+class SGHMC(_SGChecks, SubsampleStep):
     """Stochastic-gradient HMC with friction, seed 004 §6.2 (Chen et al. 2014).
 
     Each draw resamples p ~ N(0, M) and runs ``num_steps`` steps of
@@ -192,17 +279,28 @@ class SGHMC(SubsampleStep):
     grows with ε, and B̂ = 0 ignores the gradient noise (its covariance ε Cov(ĝ)/2
     adds to the friction noise); small ε and low-variance gradients (cv) keep both small.
 
+    Defaults (``step_size=None``): the dynamics run with unit mass and friction in the
+    coordinates whitened by the Laplace precision at θ* (see :class:`SGLD`); ε is the largest
+    step ≤ 0.5 whose stationary sd on N(0, I) is at most 5% too wide given the measured
+    gradient noise (:func:`~pymc_subsample.kernels.sg_tuning.sghmc_step_size`, a discrete
+    Lyapunov equation), and L = ⌈(π/2)/ε⌉.
+
     Parameters
     ----------
-    step_size : float
-    num_steps : int
-        L, gradient estimates per draw (seed 004 sets εL ≈ 1.2).
+    step_size : float, optional
+        ε; default None: the rule above.
+    num_steps : int, optional
+        L, gradient estimates per draw (seed 004 sets εL ≈ 1.2); default ⌈(π/2)/ε⌉, the
+        trajectory after which, on N(0, I) without friction, θ equals the drawn momentum.
     friction : float
         C = friction · I.
     gradient, batch_size
         As :class:`SGLD`.
-    mass_matrix : None, "laplace" or ndarray
-        M: identity, the Laplace precision at θ* (seed 004 §6.4), or given.
+    mass_matrix : "auto", None, "laplace" or ndarray
+        M in θ: identity, the Laplace precision at θ* (seed 004 §6.4), or given. "auto":
+        whitened coordinates with unit mass when ``step_size`` is None, else identity.
+    init_at_center : bool, default True
+        Start each chain at a Laplace draw around θ* (see :class:`SGLD`).
     """
 
     name = "sghmc"
@@ -210,11 +308,16 @@ class SGHMC(SubsampleStep):
     stats_dtypes_shapes = dict(_STATS)
     _state_class = SGHMCState
 
-    def __init__(self, vars=None, *, step_size, num_steps, friction=1.0, gradient="cv", batch_size=None,
-                 mass_matrix=None, lipschitz=None, **kwargs):
-        self.step_size = _positive(step_size, "step_size")
-        self.num_steps = _positive(num_steps, "num_steps", integer=True)
+    def __init__(self, vars=None, *, step_size=None, num_steps=None, friction=1.0, gradient="cv",
+                 batch_size=None, mass_matrix="auto", init_at_center=True, lipschitz=None, **kwargs):
+        auto = step_size is None
+        self.step_size = None if auto else _positive(step_size, "step_size")
+        self.num_steps = None if num_steps is None else _positive(num_steps, "num_steps", integer=True)
+        if not auto and self.num_steps is None:
+            raise ValueError("num_steps is required with an explicit step_size (seed 004 uses εL ≈ 1.2); "
+                             "or leave both to their defaults.")
         self.friction = _positive(friction, "friction")
+        self.init_at_center = bool(init_at_center)
         if gradient in ("saga", "is-saga", "adaptive"):
             raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "
                              "(SAGA tables are for SGLD).")
@@ -222,37 +325,38 @@ class SGHMC(SubsampleStep):
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz)
-        self.mass_inv = self._mass_inverse(mass_matrix)
-        self.iteration, self.diverge_warned = 0, False
-
-    def _mass_inverse(self, mass_matrix):
-        if mass_matrix is None:
-            return None
-        if isinstance(mass_matrix, str) and mass_matrix == "laplace":
-            mass_matrix = self.target.laplace_precision()
-        mass = np.asarray(mass_matrix, dtype=float)
-        d = self.tall.ndim
-        try:
-            if mass.shape != (d, d):
-                raise np.linalg.LinAlgError
-            np.linalg.cholesky(mass)
-        except np.linalg.LinAlgError:
-            raise ValueError(f"mass_matrix must be None, 'laplace' or a positive definite ({d}, {d}) "
-                             "matrix.") from None
-        return np.linalg.inv(mass)
+        is_auto = isinstance(mass_matrix, str) and mass_matrix == "auto"
+        whiten = is_auto and auto
+        mass = None if is_auto else _precision(self, mass_matrix)
+        # defaults: identity mass and friction C·I in the coordinates whitened by the Laplace
+        # precision (a mass M = P in θ would leave the friction C·I unscaled, i.e. ~0 there)
+        self.whitening = _whitening(self, "laplace" if whiten else None)
+        self.mass_inv = None if mass is None else np.linalg.inv(mass)
+        if auto:
+            rng = np.random.default_rng(0)  # deterministic set-up: every chain gets the same ε
+            noise = sg_tuning.whitened_gradient_noise(lambda th: self.estimator(rng, th)[1],
+                                                      self.whitening, rng)
+            self.step_size = sg_tuning.sghmc_step_size(noise, self.friction)
+        # εL = π/2: on N(0, I) with unit mass and no friction, a trajectory of length π/2 maps
+        # θ to the freshly drawn momentum, an independent draw (seed 004 uses εL ≈ 1.2)
+        self.num_steps = self.num_steps or max(1, math.ceil(0.5 * math.pi / self.step_size))
+        self.iteration, self.started, self.diverge_warned = 0, False, False
 
     def astep(self, q0):
         record = {"evals": 0, "var": float("nan")}
 
-        def grad_fn(theta):
-            grad, terms, n_ev = self.estimator(self.rng, theta)
+        whiten = self.whitening
+
+        def grad_fn(z):
+            grad, terms, n_ev = self.estimator(self.rng, whiten.to_theta(z))
             record["evals"] += n_ev
             record["var"] = 0.0 if terms is None else estimator_covariance(terms, full=False)[1]
-            return grad, None
+            return whiten.gradient(grad), None
 
-        start = np.asarray(q0.data, dtype=float)
-        theta, _ = dyn.sghmc_step(self.rng, start, grad_fn, self.step_size, self.num_steps, self.friction,
-                                  self.mass_inv)
+        start = _start(self, np.asarray(q0.data, dtype=float))
+        z, _ = dyn.sghmc_step(self.rng, whiten.to_z(start), grad_fn, self.step_size, self.num_steps,
+                              self.friction, self.mass_inv)
+        theta = whiten.to_theta(z)
         theta, diverging = _finite("SGHMC", self, theta, start)
         self.iteration += 1
         stats = {"n_grad_evals": record["evals"], "step_size": self.step_size, "grad_var": record["var"],
@@ -270,7 +374,7 @@ class SGFSState(SubsampleStepState):
     diverge_warned: bool
 
 
-class SGFS(SubsampleStep):
+class SGFS(_SGChecks, SubsampleStep):
     """Stochastic-gradient Fisher scoring; ``optimized=True`` is OSGFS (seed 003 Alg. 1).
 
     OSGFS: C ← (1 − 1/i) C + (1/i) cov(batch gradients); H = NC + G (eq. 9);
@@ -284,10 +388,19 @@ class SGFS(SubsampleStep):
     criterion (17) first holds are recorded with ``converged = False``: drop them
     (:func:`drop_unconverged`) before summarising.
 
+    Defaults: OSGFS's step fraction k of eq. (16) is at most 4|S|/(N + |S|) (the noise of
+    eq. 8 stays positive only then), so each step moves θ by a fraction k/2 of its distance
+    to the mode, whatever |S|: small batches make many slow steps. The default |S| is the
+    smallest that lets k reach its cap c, |S| = cN/(4 − c) (2.6% of the rows at c = 0.1),
+    between ⌈√N⌉ and 50,000 rows, and ``thin`` = ⌈1/k_min⌉ steps per draw (about 0.4 of a
+    relaxation time: ≈ 10 steps at the cap).
+
     Parameters
     ----------
-    batch_size : int
-        |S| ≥ 2 (the per-batch gradient covariance estimates C).
+    batch_size : int, optional
+        |S| ≥ 2 (the per-batch gradient covariance estimates C); default above.
+    thin : int, optional
+        Inner iterations per stored draw (default above with the default batch size, else 1).
     k : float, optional
         Fixed step fraction (default: eq. 16 at each iteration).
     c : float
@@ -303,28 +416,48 @@ class SGFS(SubsampleStep):
     stats_dtypes_shapes = {**_STATS, "converged": (bool, [])}
     _state_class = SGFSState
 
-    def __init__(self, vars=None, *, optimized=True, batch_size, k=None, c=0.1, b=1.0, step_size=1.0,
-                 **kwargs):
+    def __init__(self, vars=None, *, optimized=True, batch_size=None, k=None, c=0.1, b=1.0, step_size=1.0,
+                 thin=None, **kwargs):
         self.optimized = bool(optimized)
         self.k_fixed = None if k is None else _positive(k, "k")
         self.c, self.b = _positive(c, "c"), _positive(b, "b")
         self.sgfs_eps = _positive(step_size, "step_size")
         if self.k_fixed is not None and self.k_fixed >= 1 or self.c >= 1 or self.b > 2:
             raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
+        self.thin = None if thin is None else _positive(thin, "thin", integer=True)
         super().__init__(vars, **kwargs)
+        n, auto = self.tall.n_rows, batch_size is None
+        if auto:
+            at_cap = min(math.ceil(self.c * n / (4 - self.c)), 50_000)
+            batch_size = min(n, max(math.ceil(math.sqrt(n)), at_cap))
         self.m = self.tall.check_subsample_size(batch_size, "batch_size")
         if self.m < 2:
             raise ValueError("SGFS needs batch_size ≥ 2 to estimate the gradient covariance C.")
         self.estimator = SGGradient(self.target, "plain", self.m)
         self.prior_prec = -np.asarray(self.tall.prior_hessian(self.proxy.center), dtype=float)
-        n = self.tall.n_rows
         k_min = min(self.k_fixed or self.c, 4 * self.m / (n + self.m))
         self.window_size = math.ceil(1 / k_min)
+        self.thin = self.thin or (self.window_size if auto else 1)
         self.iteration, self.fisher, self.window = 0, None, None
         self.converged, self.noise_warned, self.diverge_warned = False, False, False
 
+    def run_checks(self):
+        return super().run_checks() + [mean_check(
+            "converged", "converged", lambda v: v == 0.0,
+            "SGFS: the convergence criterion (17) never held in the {draws} draws after warm-up, so "
+            "the draws may still be moving towards the posterior. Run longer (more tune draws), "
+            "raise batch_size, or raise b.")]
+
     def astep(self, q0):
-        start = np.asarray(q0.data, dtype=float)
+        theta = np.asarray(q0.data, dtype=float)
+        evals, diverging = 0, False
+        for _ in range(self.thin):
+            theta, stats = self._one_step(theta)
+            evals, diverging = evals + stats["n_grad_evals"], diverging or stats["diverging"]
+        stats.update(n_grad_evals=evals, diverging=diverging)
+        return RaveledVars(theta, q0.point_map_info), [stats]
+
+    def _one_step(self, start):
         theta = start.copy()
         n, m, d = self.tall.n_rows, self.m, self.tall.ndim
         grad, terms, evals = self.estimator(self.rng, theta)
@@ -359,7 +492,7 @@ class SGFS(SubsampleStep):
             self.converged = dyn.osgfs_convergence(recent, n_c, self.prior_prec, n, m, self.b)
         stats = {"n_grad_evals": evals, "step_size": step, "grad_var": float(np.trace(batch_cov)) * n**2 / m,
                  "converged": self.converged, "diverging": diverging}
-        return RaveledVars(theta, q0.point_map_info), [stats]
+        return theta, stats
 
 
 def drop_unconverged(idata):

@@ -1,0 +1,101 @@
+"""A chain's own diagnostics after warm-up, checked while it samples: warn with the remedy.
+
+A PyMC step method is never told that sampling has ended, so the checks run at doubling
+checkpoints of the post-warm-up draws (100, 200, 400, …) on everything recorded so far,
+and each check warns at most once per chain. Every check is a rate or a mean (ESS per
+draw, acceptance rate, mean σ̂²), so a checkpoint's verdict does not depend on how many
+draws are still to come. The warnings never stop the run: the user's draws are kept.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import arviz as az
+import numpy as np
+
+__all__ = ["RunCheck", "RunMonitor", "ess_check", "mean_check"]
+
+FIRST_CHECK = 100  # draws before the first verdict: ESS and rates are too noisy below
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """One diagnostic: ``statistic(thetas, stats)`` → value; warn when ``fails(value)``.
+
+    ``message`` is formatted with ``value`` and ``draws`` and must say what to change.
+    """
+
+    name: str
+    statistic: Callable[[np.ndarray, dict], float]
+    fails: Callable[[float], bool]
+    message: str
+
+
+def min_ess_fraction(thetas, stats=None) -> float:
+    """Smallest bulk ESS over the coordinates of θ, divided by the number of draws."""
+    thetas = np.asarray(thetas, dtype=float)
+    ess = [float(az.ess(thetas[None, :, j])) for j in range(thetas.shape[1])]
+    return float(np.nanmin(ess)) / thetas.shape[0] if ess else float("nan")
+
+
+def ess_check(step_name: str, remedy: str, fraction: float = 0.01) -> RunCheck:
+    """ESS below ``fraction`` of the draws (default 1%): the chain barely moves."""
+    return RunCheck(
+        "ess", min_ess_fraction, lambda v: v < fraction,
+        f"{step_name}: the effective sample size is {{value:.2%}} of the {{draws}} draws after warm-up "
+        f"(below {fraction:.0%}), so the chain barely moves and its means are unreliable. {remedy}",
+    )
+
+
+def mean_check(name: str, key: str, fails: Callable[[float], bool], message: str) -> RunCheck:
+    """A check on the post-warm-up mean of the sampler stat ``key`` (NaN entries ignored)."""
+
+    def statistic(thetas, stats):
+        values = np.asarray(stats.get(key, []), dtype=float)
+        values = values[np.isfinite(values)]
+        return float(values.mean()) if values.size else float("nan")
+
+    return RunCheck(name, statistic, lambda v: bool(np.isfinite(v) and fails(v)), message)
+
+
+class RunMonitor:
+    """Records θ and stats after warm-up and runs its checks at draws 100, 200, 400, ….
+
+    One monitor belongs to one chain: step methods keep it in their ``@dataclass_state``,
+    so ``pm.sample`` gives every chain a fresh copy.
+    """
+
+    def __init__(self, checks: list[RunCheck], first_check: int = FIRST_CHECK):
+        self.checks = list(checks)
+        self.thetas: list[np.ndarray] = []
+        self.stats: dict[str, list] = {}
+        self.next_check = int(first_check)
+        self.warned: set[str] = set()
+
+    def record(self, theta, stats: dict):
+        self.thetas.append(np.array(theta, dtype=float))
+        for key, value in stats.items():
+            if np.ndim(value) == 0 and isinstance(value, (int, float, bool, np.number, np.bool_)):
+                self.stats.setdefault(key, []).append(float(value))
+        if len(self.thetas) >= self.next_check:
+            self.next_check *= 2
+            self.run()
+
+    def run(self) -> list[str]:
+        """Evaluate every check not yet failed; warn for each failure and return the messages."""
+        if not self.thetas:
+            return []
+        thetas, messages = np.asarray(self.thetas), []
+        for check in self.checks:
+            if check.name in self.warned:
+                continue
+            value = check.statistic(thetas, self.stats)
+            if check.fails(value):
+                self.warned.add(check.name)
+                message = check.message.format(value=value, draws=len(self.thetas))
+                messages.append(message)
+                warnings.warn(message, UserWarning, stacklevel=2)
+        return messages

@@ -1,0 +1,103 @@
+"""Post-warm-up checks: every step method warns, with the remedy, when its own run cannot be trusted."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from conftest import gaussian_linear_model, logistic_data, logistic_model
+
+import pymc_subsample as pms
+from pymc_subsample.diagnostics.run_checks import RunMonitor, ess_check, mean_check, min_ess_fraction
+
+
+def _ar1(rho, n, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, d))
+    for t in range(1, n):
+        x[t] = rho * x[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(d)
+    return x
+
+
+def test_ess_fraction_matches_ar1_theory():
+    # AR(1) with ρ: ESS/n → (1 − ρ)/(1 + ρ) = 0.0526 at ρ = 0.9
+    frac = min_ess_fraction(_ar1(0.9, 20_000, d=1))
+    assert abs(frac - (1 - 0.9) / 1.9) < 0.012
+
+
+def test_monitor_checks_at_doubling_checkpoints_and_warns_once():
+    monitor = RunMonitor([ess_check("Step", "Run more draws.")])
+    sticky = _ar1(0.999, 800)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for t, theta in enumerate(sticky):
+            monitor.record(theta, {})
+            if t == 98:
+                assert not record  # no verdict before the first checkpoint
+    assert len(record) == 1  # checkpoints 100, 200, 400, 800: one warning per chain
+    assert "effective sample size" in str(record[0].message) and "Run more draws." in str(record[0].message)
+    assert monitor.next_check == 1600
+
+
+def test_monitor_silent_on_a_mixing_chain():
+    monitor = RunMonitor([ess_check("Step", "x"), mean_check("acc", "accept", lambda v: v < 0.05, "low")])
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for theta in rng.standard_normal((400, 3)):
+            monitor.record(theta, {"accept": 0.3})
+
+
+def test_mean_check_uses_post_warmup_stat_mean():
+    monitor = RunMonitor([mean_check("accept", "accept", lambda v: v < 0.05, "accepted {value:.1%}")],
+                         first_check=10)
+    rng = np.random.default_rng(2)
+    with pytest.warns(UserWarning, match="accepted 4.0%"):
+        for i in range(10):
+            monitor.record(rng.standard_normal(2), {"accept": 0.4 if i < 1 else 0.0})
+
+
+@pytest.fixture(scope="module")
+def small_logistic():
+    X, y = logistic_data(20_000, 3, seed=5)
+    return logistic_model(X, y)
+
+
+def test_hmcecs_checks_warn_with_remedy(small_logistic):
+    with small_logistic:
+        step = pms.HMCECS(subsample_size=20, proxy_order=0, rng=0)
+    monitor = RunMonitor(step.run_checks(), first_check=10)
+    rng = np.random.default_rng(0)
+    stats = {"loglik_var": 1000.0, "subsample_accept": 0.01, "sign": 1}
+    with pytest.warns(UserWarning) as record:
+        for _ in range(10):
+            monitor.record(rng.standard_normal(3), stats)
+    messages = " ".join(str(r.message) for r in record)
+    assert "σ̂² averages 1e+03" in messages and "Increase subsample_size" in messages
+    assert "num_blocks" in messages  # low subsample acceptance
+    assert "mean sign" not in messages  # perturbed: no sign check
+
+
+def test_pm_sample_runs_the_checks_after_warmup_only(small_logistic):
+    # m = 5 rows with a constant proxy: σ̂² is huge, so the checks must fire after warm-up
+    with small_logistic:
+        step = pms.HMCECS(subsample_size=5, proxy_order=0, num_blocks=1, rng=0)
+        with pytest.warns(UserWarning, match="σ̂² averages"):
+            pm.sample(step=step, draws=100, tune=30, chains=1, random_seed=1, progressbar=False,
+                      compute_convergence_checks=False)
+    assert len(step.monitor.thetas) == 100  # warm-up draws are not recorded
+
+
+def test_sgfs_never_converged_and_sg_divergence_checks():
+    model, mean, _ = gaussian_linear_model(n=1000, d=3, sigma=0.5, seed=1)
+    with model:
+        step = pms.SGFS(batch_size=100, center=mean)
+    names = [c.name for c in step.run_checks()]
+    assert names == ["ess", "diverging", "converged"]
+    monitor = RunMonitor(step.run_checks(), first_check=10)
+    rng = np.random.default_rng(0)
+    with pytest.warns(UserWarning) as record:
+        for _ in range(10):
+            monitor.record(rng.standard_normal(3), {"converged": False, "diverging": True})
+    messages = " ".join(str(r.message) for r in record)
+    assert "convergence criterion (17)" in messages and "diverged" in messages
