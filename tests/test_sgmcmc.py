@@ -289,8 +289,10 @@ def test_bad_inputs(glm):
     with model:
         with pytest.raises(ValueError, match="step_size must be a positive"):
             SGLD(step_size=0.0, center=mean)
-        with pytest.raises(ValueError, match="step_size is required"):
-            SGLD(center=mean)
+        with pytest.raises(ValueError, match="num_steps is required with an explicit step_size"):
+            SGHMC(step_size=0.1, center=mean)
+        with pytest.raises(ValueError, match="preconditioner / mass_matrix must be None, 'laplace'"):
+            SGLD(step_size=1e-4, preconditioner=np.eye(2), center=mean)
         with pytest.raises(ValueError, match="batch_size must be an integer between 1 and"):
             SGLD(step_size=1e-4, batch_size=1001, center=mean)
         with pytest.raises(ValueError, match="batch_size must be an integer between 1 and"):

@@ -33,7 +33,6 @@ class SubsampleStepState(StepMethodState):
     """Fields every subsampling step carries; subclasses add theirs."""
 
     tune: bool
-    monitor: object
 
 
 class SubsampleStep(ArrayStepShared):
@@ -81,7 +80,9 @@ class SubsampleStep(ArrayStepShared):
         self.proxy = self.target.proxy
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)
-        self.monitor = None  # built at the first post-warm-up draw, when run_checks can see all fields
+        # post-warm-up checks: a fresh RunMonitor per chain, made when tuning stops (PyMC calls
+        # stop_tuning at draw `tune` in every chain, in sequential and in parallel sampling)
+        self.monitor = None
 
     #: what to change when the ESS check fails (subclasses say it for their own knobs)
     ess_remedy = "Run more draws, or use a step method that mixes faster."
@@ -94,7 +95,7 @@ class SubsampleStep(ArrayStepShared):
         """One PyMC step; after warm-up, θ and the stats are recorded and checked (warn once each)."""
         new_point, stats = super().step(point)
         if not self.tune:
-            if self.monitor is None:
+            if self.monitor is None:  # tune=False set by hand, without stop_tuning
                 self.monitor = RunMonitor(self.run_checks())
             theta = DictToArrayBijection.map({name: new_point[name] for name in self.var_names}).data
             self.monitor.record(theta, stats[0])
@@ -110,6 +111,7 @@ class SubsampleStep(ArrayStepShared):
 
     def stop_tuning(self):
         self.tune = False
+        self.monitor = RunMonitor(self.run_checks())
 
 
 def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:

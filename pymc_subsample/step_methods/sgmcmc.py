@@ -367,6 +367,7 @@ class SGHMC(_SGChecks, SubsampleStep):
 @dataclass_state
 class SGFSState(SubsampleStepState):
     iteration: int
+    started: bool
     fisher: object
     window: object
     converged: bool
@@ -401,6 +402,8 @@ class SGFS(_SGChecks, SubsampleStep):
         |S| ≥ 2 (the per-batch gradient covariance estimates C); default above.
     thin : int, optional
         Inner iterations per stored draw (default above with the default batch size, else 1).
+    init_at_center : bool, default True
+        Start each chain at θ* instead of PyMC's initial point.
     k : float, optional
         Fixed step fraction (default: eq. 16 at each iteration).
     c : float
@@ -417,7 +420,7 @@ class SGFS(_SGChecks, SubsampleStep):
     _state_class = SGFSState
 
     def __init__(self, vars=None, *, optimized=True, batch_size=None, k=None, c=0.1, b=1.0, step_size=1.0,
-                 thin=None, **kwargs):
+                 thin=None, init_at_center=True, **kwargs):
         self.optimized = bool(optimized)
         self.k_fixed = None if k is None else _positive(k, "k")
         self.c, self.b = _positive(c, "c"), _positive(b, "b")
@@ -425,7 +428,9 @@ class SGFS(_SGChecks, SubsampleStep):
         if self.k_fixed is not None and self.k_fixed >= 1 or self.c >= 1 or self.b > 2:
             raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
         self.thin = None if thin is None else _positive(thin, "thin", integer=True)
+        self.init_at_center = bool(init_at_center)
         super().__init__(vars, **kwargs)
+        self.whitening = sg_tuning.Whitening(self.target.center)  # identity: SGFS preconditions itself
         n, auto = self.tall.n_rows, batch_size is None
         if auto:
             at_cap = min(math.ceil(self.c * n / (4 - self.c)), 50_000)
@@ -440,6 +445,7 @@ class SGFS(_SGChecks, SubsampleStep):
         self.thin = self.thin or (self.window_size if auto else 1)
         self.iteration, self.fisher, self.window = 0, None, None
         self.converged, self.noise_warned, self.diverge_warned = False, False, False
+        self.started = False
 
     def run_checks(self):
         return super().run_checks() + [mean_check(
@@ -449,7 +455,7 @@ class SGFS(_SGChecks, SubsampleStep):
             "raise batch_size, or raise b.")]
 
     def astep(self, q0):
-        theta = np.asarray(q0.data, dtype=float)
+        theta = _start(self, np.asarray(q0.data, dtype=float))
         evals, diverging = 0, False
         for _ in range(self.thin):
             theta, stats = self._one_step(theta)
