@@ -23,6 +23,24 @@ def test_find_map_matches_pymc_on_small_model():
     np.testing.assert_allclose(ours["beta"], ref["beta"], atol=1e-6)
 
 
+def test_find_map_prints_one_summary_line_as_documented(capsys):
+    X, y = logistic_data(1500, 3, seed=9)
+    pms.find_map(logistic_model(X, y), chunk_size=100, progressbar=True)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("find_map:") and "full-data passes" in lines[0]
+    assert "once per iteration" not in pms.find_map.__doc__
+
+
+def test_default_centre_is_documented_as_what_the_code_does():
+    # issue 11 item 8: center=None is the subset MAP + one Newton step of find_center, not find_map
+    from pymc_subsample.control_variates.center import find_center
+    from pymc_subsample.step_methods.base import SubsampleStep
+
+    for doc in (pms.HMCECS.__doc__, SubsampleStep.__doc__):
+        assert "Newton step" in doc and "with ``pms.find_map``" not in doc
+    assert "Newton" in find_center.__doc__
+
+
 def test_find_map_on_rows_subset_scales_likelihood():
     X, y = logistic_data(2000, 2, seed=3)
     tall = pms.TallModel(logistic_model(X, y))

@@ -120,7 +120,7 @@ def find_map(
         Fit on these rows only, with their log-likelihood scaled by N / len(rows).
     chunk_size : int
     progressbar : bool
-        Print the objective once per iteration.
+        Print one summary line when done: L-BFGS iterations, full-data passes, final objective.
     start : dict, optional
         Starting point (value variables); defaults to the model's initial point.
     maxiter : int

@@ -115,7 +115,7 @@ class SubsampleStep(ArrayStepShared):
 
 
 def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:
-    """θ* as a flat vector from a point, a vector, or None (full-data MAP)."""
+    """θ* as a flat vector from a point, a vector, or None (the default centre of ``find_center``)."""
     if center is None:
         return find_center(tall, chunk_size=chunk_size)
     if isinstance(center, dict):
