@@ -44,6 +44,18 @@ def gaussian_linear_model(n=1000, d=3, sigma=0.5, seed=1, prior_sd=10.0):
     return model, mean, cov
 
 
+def normal_population(n, mean, sd):
+    """n values with exactly the given mean and population sd, shaped like a normal sample.
+
+    Normal quantiles at (k + ½)/n: a few rows drawn from them behave like iid normal draws, so
+    statistics of subsamples (t, Welch's t, sums of mini-batches) have known laws.
+    """
+    from scipy.stats import norm
+
+    z = norm.ppf((np.arange(n) + 0.5) / n)
+    return mean + sd * (z - z.mean()) / z.std()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261123)

@@ -1,8 +1,10 @@
 """Estimators: analytic cases and unbiasedness by Monte Carlo over subsamples."""
 
 import numpy as np
+import pymc as pm
 import pytest
-from conftest import gaussian_linear_model, logistic_data, logistic_model
+from conftest import gaussian_linear_model, logistic_data, logistic_model, normal_population
+from scipy.stats import norm
 
 from pymc_subsample import TallModel, TaylorProxy
 from pymc_subsample.control_variates.center import find_map_theta
@@ -16,6 +18,8 @@ from pymc_subsample.estimators import (
 )
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.kernels.potential import SubsampledPotential
+from pymc_subsample.kernels.subsample_update import draw_signed
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 
@@ -79,26 +83,35 @@ def test_difference_estimator_unbiased(logistic_setup, order):
 
 
 def test_block_poisson_unbiased_for_likelihood_ratio(logistic_setup):
-    """E[L̂ / exp(Σq)] = exp(ℓ − Σq), checked on a small model by Monte Carlo (seed 004 eq. 5.1)."""
+    """E[L̂ / exp(Σq)] = exp(ℓ − Σq), checked on a small model by Monte Carlo (seed 004 eq. 5.1).
+
+    At θ ≈ 5 posterior sd from θ*, D = ℓ − Σq ≈ 1.8 and sd(d̂) ≈ 1 with m = 40, so d̂ is far
+    from 0 (a d̂ off by a factor changes E L̂), and with a = D − 1 and λ = 3 a third of the
+    estimates are negative.
+    """
     tall, center = logistic_setup
     target = SubsampledTarget(tall, center, order=2)
-    theta = center + 0.02
+    theta = center + 0.2
     full = tall.loglik_rows(theta, tall.row_slice(0, tall.n_rows)).sum()
     sum_q, _ = target.proxy.sum_value_and_grad(theta)
-    expected = np.exp(full - sum_q)
+    big_d = full - sum_q
+    assert big_d > 1.5
     rng = np.random.default_rng(7)
-    m, lam, a = 10, 3, -2.0
-    draws = []
+    m, lam, a = 40, 3, big_d - 1.0
+    draws, signs = [], []
     for _ in range(4000):
         nb = rng.poisson(1.0, size=lam).sum()
         idx = uniform_with_replacement(rng, tall.n_rows, nb * m)
         sub = Subsample.gather(tall, idx)
         d = target.differences(theta, sub.batch)
         log_abs, sign, _ = block_poisson(d.reshape(nb, m), tall.n_rows, a, lam)
-        draws.append(sign * np.exp(log_abs))
+        draws.append(sign * np.exp(log_abs - big_d))
+        signs.append(sign)
+    assert np.mean(np.asarray(signs) < 0) > 0.15
     draws = np.asarray(draws)
     se = draws.std(ddof=1) / np.sqrt(draws.size)
-    assert abs(draws.mean() - expected) <= 4 * se
+    assert se < 0.1, se  # before the MCSE-scaled tolerance
+    assert abs(draws.mean() - 1.0) <= 4 * se, (draws.mean(), se)
 
 
 def test_second_order_proxy_exact_on_gaussian_linear_model():
@@ -236,3 +249,132 @@ def test_signed_target_matches_numpy_block_poisson_and_finite_differences(logist
         e[j] = eps
         fd = (value(theta + e)[0] - value(theta - e)[0]) / (2 * eps)
         assert grad[j] == pytest.approx(fd, rel=1e-5, abs=1e-5)
+
+
+# ------------------------------------------- estimators where their correction terms matter
+# The tests below put each estimator in the regime its correction term exists for (σ̂² ≈ 1
+# for the perturbed estimator; λ > 1, d̂ far from 0 and negative signs for block-Poisson) and
+# compare with an exact expectation, so that breaking the term fails them: with σ̂² ≈ 1,
+# E exp(ℓ̂) = L·e^{σ²/2} ≈ 1.65 L, and halving −σ̂²/2 leaves a bias of e^{1/4} ≈ 1.28. The
+# standard error of each Monte Carlo mean is bounded before it scales a tolerance: a broken
+# estimator with a huge variance must not pass on a huge tolerance.
+
+
+def _ratio_mean(log_ratios):
+    """Mean of exp(log_ratios) and its standard error."""
+    w = np.exp(log_ratios)
+    return w.mean(), w.std(ddof=1) / np.sqrt(w.size)
+
+
+def test_perturbed_loglik_is_nearly_unbiased_at_unit_variance():
+    """E exp(ℓ̂ − σ̂²/2) = L (1 + O(σ⁴/m)) where σ² ≈ 1 (seed 004 eqs. 4.5-4.6)."""
+    n, m, reps = 2000, 200, 20_000
+    d = normal_population(n, 1e-3, np.sqrt(m) / n)  # σ² = n² Var(d)/m = 1, ℓ = Σd = 2
+    loglik = d.sum()
+    rng = np.random.default_rng(41)
+    values, plain, variances = np.empty(reps), np.empty(reps), np.empty(reps)
+    for r in range(reps):
+        sample = d[rng.integers(0, n, size=m)]
+        values[r], _, variances[r] = perturbed_loglik(sample, n, 0.5)
+        plain[r] = difference_estimator(sample, n, 0.5)[0]
+    assert 0.9 < variances.mean() < 1.1  # E σ̂² = (m − 1)/m · σ²: the regime where the term matters
+    ratio, se = _ratio_mean(values - 0.5 - loglik)
+    assert se < 0.03, se  # before the MCSE-scaled tolerance: e^{value} has a light enough tail
+    # the remaining bias is about σ²/(2m) + σ⁴/(4m) ≈ 0.4% here, well inside the tolerance
+    assert abs(ratio - 1.0) <= 4 * se, (ratio, se)
+    biased, se_plain = _ratio_mean(plain - 0.5 - loglik)
+    assert biased - 1.0 > 20 * se_plain  # without −σ̂²/2 the likelihood is overestimated by ~e^{1/2}
+
+
+@pytest.fixture(scope="module")
+def gaussian_mean_tall():
+    """y ~ N(0.7, 1), N = 2000, μ ~ N(0, 10²): every d_k of an order-0 proxy is linear in y_k."""
+    rng = np.random.default_rng(12)
+    y = rng.normal(0.7, 1.0, size=2000)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    return TallModel(model), model.compile_logp(), y
+
+
+def test_perturbed_potential_is_nearly_unbiased_at_unit_variance(gaussian_mean_tall):
+    """The HMC-ECS potential (target.perturbed through SubsampledPotential): E e^{value} = p(θ)L(θ).
+
+    Order-0 proxy around θ*: d_k = (θ − θ*)(y_k − (θ + θ*)/2), so σ² = N² (θ − θ*)² Var(y)/m;
+    θ − θ* is set so that σ² ≈ 1 with m = 500 of the N = 2000 rows.
+    """
+    tall, logp, y = gaussian_mean_tall
+    n, m = y.size, 500
+    center = np.array([y.mean() + 0.03])  # off the mode: Σ_k d_k(θ) is far from 0 as well
+    theta = center - np.sqrt(m) / (n * y.std())
+    target = SubsampledTarget(tall, center, order=0)
+    potential = SubsampledPotential(target, "perturbed")
+    exact = float(logp({"mu": theta[0]}))
+    rng = np.random.default_rng(5)
+    values, variances = np.empty(6000), np.empty(6000)
+    for r in range(values.size):
+        est = potential.estimate(theta, Subsample.gather(tall, rng.integers(0, n, size=m)))
+        values[r], variances[r] = est.value, est.loglik_var
+    assert 0.85 < variances.mean() < 1.1
+    ratio, se = _ratio_mean(values - exact)
+    assert se < 0.05, se  # before the MCSE-scaled tolerance
+    assert abs(ratio - 1.0) <= 4 * se, (ratio, se)
+
+
+def test_block_poisson_unbiased_with_negative_signs():
+    """E[sign · |L̂|] = exp(Σ_k d_k) exactly (seed 004 eq. 5.1), with λ = 3 and d̂ − a ~ N(1, 1).
+
+    Each factor (d̂ − a)/λ is negative with probability Φ(−1) ≈ 0.16, so about a third of the
+    estimates are negative, and d̂ ≈ Σd = 2 is far from 0: a d̂ off by any factor changes E L̂.
+    """
+    n, m, lam = 1000, 10, 3
+    d = normal_population(n, 2e-3, np.sqrt(m) / n)  # D = Σd = 2, sd(d̂) = √(n² Var(d)/m) = 1
+    big_d = d.sum()
+    a = big_d - 1.0
+
+    rng = np.random.default_rng(8)
+    signs, logs = np.empty(20_000), np.empty(20_000)
+    for r in range(signs.size):  # λ groups of X_l ~ Pois(1) mini-batches of m rows
+        idx = rng.integers(0, n, size=(rng.poisson(1.0, size=lam).sum(), m))
+        log_abs, signs[r], _ = block_poisson(d[idx], n, a, lam, sum_q=0.25)
+        logs[r] = log_abs - 0.25
+    # E sign = Π_l E[Π_h s_h] = exp(λ (E s − 1)) with E s = 1 − 2Φ(−1) (d̂ normal: sums of normals)
+    expected_sign = np.exp(-2 * lam * norm.cdf(-1.0))
+    assert abs(signs.mean() - expected_sign) <= 4 * signs.std() / np.sqrt(signs.size) + 0.01
+    assert np.mean(signs < 0) > 0.2  # negative signs are really there
+    w = signs * np.exp(logs - big_d)
+    se = w.std(ddof=1) / np.sqrt(w.size)
+    assert se < 0.05, se  # ≈ 0.015 (Var L̂/L² ≈ 4.3): a wrong d̂ or a + λ blows it up
+    assert abs(w.mean() - 1.0) <= 4 * se, (w.mean(), se)
+
+
+def test_signed_potential_unbiased_with_negative_signs(gaussian_mean_tall):
+    """The signed HMC-ECS potential (draw_signed → target.signed → SubsampledPotential):
+    E[sign · e^{value}] = p(θ) L(θ), with λ = 3, negative signs and D = Σ_k d_k(θ) ≈ 3.6.
+
+    Order-0 proxy (the estimator itself allows any order) around a θ* far from the mode:
+    d̂ ~ N(D, n²(θ − θ*)² Var(y)/m) with θ − θ* chosen so that its sd is 1, and a = D − 1.
+    """
+    tall, logp, y = gaussian_mean_tall
+    n, m, lam = y.size, 100, 3
+    center = np.array([y.mean() - 0.36])
+    theta = center + np.sqrt(m) / (n * y.std())  # sd(d̂) = 1
+    target = SubsampledTarget(tall, center, order=0)
+    big_d = float(tall.loglik_rows(theta, tall.row_slice(0, n)).sum()
+                  - tall.loglik_rows(center, tall.row_slice(0, n)).sum())
+    assert 3.0 < big_d < 4.0  # d̂ is far from 0, where a wrong scale of d̂ shows
+    potential = SubsampledPotential(target, "signed", a=big_d - 1.0, lam=lam)
+    exact = float(logp({"mu": theta[0]}))
+    rng = np.random.default_rng(9)
+    reps = 3000
+    signs, values, empty = np.empty(reps), np.empty(reps), 0
+    for r in range(reps):
+        sub = draw_signed(rng, tall, lam, m)
+        empty += sub.rows.size == 0  # no mini-batch at all: L̂ = exp(Σq + a + λ)
+        est = potential.estimate(theta, sub)
+        signs[r], values[r] = est.sign, est.value
+    assert empty > 50 and np.mean(signs < 0) > 0.2
+    w = signs * np.exp(values - exact)
+    se = w.std(ddof=1) / np.sqrt(reps)
+    assert se < 0.1, se  # ≈ 0.04 (Var L̂/L² ≈ 4.3): a wrong d̂ makes it explode
+    assert abs(w.mean() - 1.0) <= 4 * se, (w.mean(), se)

@@ -101,3 +101,16 @@ def test_sgfs_never_converged_and_sg_divergence_checks():
             monitor.record(rng.standard_normal(3), {"converged": False, "diverging": True})
     messages = " ".join(str(r.message) for r in record)
     assert "convergence criterion (17)" in messages and "diverged" in messages
+
+
+def test_subsample_mh_checks_acceptance_and_variance():
+    model, mean, _ = gaussian_linear_model(n=1000, d=3, sigma=0.5, seed=1)
+    with model:
+        step = pms.SubsampleMH(center=mean)
+    monitor = RunMonitor(step.run_checks(), first_check=10)
+    rng = np.random.default_rng(0)
+    with pytest.warns(UserWarning) as record:
+        for _ in range(10):
+            monitor.record(rng.standard_normal(3), {"accepted": False, "loglik_var": 9.0})
+    messages = " ".join(str(r.message) for r in record)
+    assert "0.0% of proposals were accepted" in messages and "σ̂² averages 9" in messages

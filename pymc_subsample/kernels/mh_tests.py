@@ -17,6 +17,15 @@ least ``delta_hat`` (the estimate of Δ at decision) and ``loglik_var`` (its var
 estimate, nan where undefined). Randomness comes only from the ``rng`` and the
 uniform passed in, so a test with error level → 0 or batch = N reproduces the exact
 decision on the same uniform.
+
+The sequential t-tests (austerity, two-sample) and the confidence sampler look at the data
+several times; a level ε at every look (seed 000 Algorithm 1, line 6) lets the
+wrong-decision probabilities of the looks add up (measured with the austerity test: 5.4 %
+wrong decisions at ε = 0.01 and 23 % at ε = 0.05 on very hard decisions,
+``benchmarks/mh_error_rates.py``). By default all three therefore spend ε over the looks,
+level ε_k = (p − 1) ε / (p k^p) at look k with p = 2, as Bardenet et al.'s confidence
+sampler does (seed 002), so that Σ_k ε_k ≤ ε bounds the probability that the whole
+decision differs from the exact one (under the CLT for the t-tests).
 """
 
 from __future__ import annotations
@@ -32,12 +41,15 @@ from pymc_subsample.estimators.loglik import perturbed_loglik
 
 __all__ = [
     "austerity_test",
+    "barker_clt_error",
     "barker_test",
     "confidence_test",
     "correction_distribution",
+    "correction_error",
     "exact_barker_test",
     "exact_mh_test",
     "logistic_range_bound",
+    "look_level",
     "pseudo_marginal_test",
     "sample_correction",
     "two_sample_test",
@@ -120,6 +132,16 @@ def _mean_var(values):
     return mean, var
 
 
+def look_level(error, look, p=2.0) -> float:
+    """Level ε_k = (p − 1) ε / (p k^p) of the k-th look (k ≥ 1), so that Σ_k ε_k ≤ ε.
+
+    Σ_{k≥1} k^{−p} ≤ p/(p − 1) for p > 1, hence the union bound over looks: the probability
+    that any look stops on the wrong side is at most ε (seed 002, the confidence sampler's
+    δ_k; applied here to the t-tests of seed 000 too, see the module docstring).
+    """
+    return (p - 1.0) * error / (p * look**p)
+
+
 # ----------------------------------------------------------------- pseudo-marginal
 def pseudo_marginal_test(current_value, d, n_rows, offset, log_u):
     """Correlated pseudo-marginal MH with the perturbed difference estimator (seed 004 §3-4).
@@ -152,18 +174,45 @@ def pseudo_marginal_test(current_value, d, n_rows, offset, log_u):
 
 
 # ------------------------------------------------------------------------ austerity
-def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error):
-    """Sequential t-test of Korattikara et al. (seed 000 Algorithm 1).
+def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, per_look=False):
+    """Sequential t-test of Korattikara et al. (seed 000 §3.1, Algorithm 1).
 
     Mini-batches of ``batch_size`` rows are drawn without replacement; after each, the
     t statistic t = (t̄ − μ₀)/ŝ with ŝ² = s²/n · (1 − n/N) (finite-population
-    correction, seed 000 §3.1) is tested: the test stops when
-    α = 1 − φ_{n−1}(|t|) < ``error`` (ε) or when all N rows are used, in which case the
-    decision is exact. Accept iff t̄ > μ₀.
+    correction, seed 000 §3.1) is tested: the test stops at look k when
+    α = 1 − φ_{n−1}(|t|) < ε_k, or when all N rows are used, in which case the decision is
+    exact. Accept iff t̄ > μ₀.
+
+    Parameters
+    ----------
+    row_terms : callable
+        ``row_terms(idx) -> (len(idx),)`` array of t_k.
+    n_rows : int
+        N.
+    offset : float
+        The exactly computed part of Δ.
+    log_u : float
+        log of the MH uniform.
+    rng : numpy.random.Generator
+        Draws the rows.
+    batch_size : int
+        Rows added at each look.
+    error : float
+        ε, the probability (under the CLT) that the decision differs from exact MH's.
+    per_look : bool, default False
+        False: level ε_k = ε / (2k²) at look k (:func:`look_level`), so the whole
+        sequential decision is wrong with probability ≤ ε. True: level ε at every look,
+        Algorithm 1 of seed 000 as printed; ε then bounds the error of each look only, and
+        on hard decisions the decision error was 1.3-7 ε (``benchmarks/mh_error_rates.py``).
+
+    Returns
+    -------
+    accept, rows_used, stats
     """
     mu0 = (log_u - offset) / n_rows
     stream = RowStream(rng, n_rows)
     values = np.empty(0)
+    look = 0
     while True:
         values = np.concatenate([values, np.asarray(row_terms(stream.take(batch_size)), float)])
         n = values.size
@@ -172,9 +221,10 @@ def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error):
         if n >= n_rows:
             break
         if n >= 2:
+            look += 1
             se = math.sqrt(se2)
             t = abs(mean - mu0) / se if se > 0 else (math.inf if mean != mu0 else 0.0)
-            if stdtr(n - 1, -t) < error:
+            if stdtr(n - 1, -t) < (error if per_look else look_level(error, look)):
                 break
     return bool(mean > mu0), n, {
         "delta_hat": offset + n_rows * mean, "loglik_var": n_rows**2 * se2,
@@ -187,13 +237,21 @@ def confidence_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error,
     """Confidence sampler of Bardenet, Doucet & Holmes (seed 002) with an empirical-Bernstein bound.
 
     Rows are drawn without replacement; the batch grows geometrically (t ← ⌈γ t⌉). At
-    the k-th look, with δ_k = (p − 1) δ / (p k^p) so that Σ_k δ_k ≤ δ = ``error``,
+    the k-th look, with δ_k = (p − 1) δ / (p k^p) so that Σ_k δ_k ≤ δ = ``error``
+    (:func:`look_level`),
 
         c_k = σ̂ √(2 log(3/δ_k)/t) + 6 C log(3/δ_k)/t
 
     (σ̂ the sample sd of the t_k, C = ``range_bound`` ≥ max_k |t_k|, so 2C bounds their
     range). Stop when |t̄ − μ₀| ≥ c_k, or at t = N (exact). Accept iff t̄ > μ₀. With
-    probability ≥ 1 − δ the decision equals the exact MH decision.
+    probability ≥ 1 − δ the decision equals the exact MH decision — only if C really bounds
+    every |t_k|: ``stats["max_abs_term"]``, the largest |t_k| read, lets the caller check
+    it (:class:`~pymc_subsample.SubsampleMH` warns when it exceeds C).
+
+    Returns
+    -------
+    accept, rows_used, stats
+        ``stats`` also holds ``max_abs_term``.
     """
     if not (np.isfinite(range_bound) and range_bound >= 0):
         raise ValueError(f"range_bound must be a finite non-negative number; got {range_bound!r}.")
@@ -208,12 +266,13 @@ def confidence_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error,
         mean = float(values.mean())
         if t >= n_rows:
             break
-        log_term = math.log(3.0 * p * look**p / ((p - 1.0) * error))
+        log_term = math.log(3.0 / look_level(error, look, p))
         c = float(values.std()) * math.sqrt(2.0 * log_term / t) + 6.0 * range_bound * log_term / t
         if abs(mean - mu0) >= c:
             break
         target = min(n_rows, max(t + 1, math.ceil(gamma * t)))
-    return bool(mean > mu0), t, {"delta_hat": offset + n_rows * mean, "loglik_var": math.nan}
+    return bool(mean > mu0), t, {"delta_hat": offset + n_rows * mean, "loglik_var": math.nan,
+                                 "max_abs_term": float(np.max(np.abs(values)))}
 
 
 def logistic_range_bound(X, center, proxy_order=2):
@@ -226,12 +285,26 @@ def logistic_range_bound(X, center, proxy_order=2):
     * no proxy (``proxy_order=None``): C = M_1 R ||θ' − θ||;
     * order r: C = M_{r+1}/(r+1)! R^{r+1} (||θ − θ*||^{r+1} + ||θ' − θ*||^{r+1}).
 
-    Valid only when θ is exactly the coefficient vector of the linear predictor x_kᵀθ.
+    Valid only when θ is exactly the coefficient vector of the linear predictor x_kᵀθ, and
+    only for the terms of the proxy order it was built for: a bound for order 2 falls like
+    ||θ − θ*||³ while the remainders of an order-1 proxy fall like ||θ − θ*||², so near θ*
+    it is far too small (measured: observed max |t_k| 4-40x the bound).
+
+    Returns
+    -------
+    callable
+        ``bound(theta, theta_prop) -> C``, with attribute ``proxy_order`` (the order it was
+        built for, None for no proxy) that :class:`~pymc_subsample.SubsampleMH` checks
+        against its own ``proxy_order`` / ``use_proxy``.
     """
     radius = float(np.max(np.linalg.norm(np.asarray(X, float), axis=1)))
     center = np.asarray(center, float)
     if proxy_order is None:
-        return lambda theta, theta_prop: radius * float(np.linalg.norm(theta_prop - theta))
+        def bound(theta, theta_prop):
+            return radius * float(np.linalg.norm(np.asarray(theta_prop) - np.asarray(theta)))
+
+        bound.proxy_order = None
+        return bound
     if proxy_order not in (0, 1, 2):
         raise ValueError(f"proxy_order must be None, 0, 1 or 2; got {proxy_order!r}.")
     m_next = (1.0, 0.25, 1.0 / (6.0 * math.sqrt(3.0)))[proxy_order]
@@ -243,6 +316,7 @@ def logistic_range_bound(X, center, proxy_order=2):
         b = np.linalg.norm(np.asarray(theta_prop) - center)
         return float(factor * (a**r + b**r))
 
+    bound.proxy_order = proxy_order
     return bound
 
 
@@ -269,53 +343,147 @@ def correction_distribution(n_grid=401, half_width=20.0, ridge=1e-4):
     return y, u
 
 
+@lru_cache(maxsize=1)
+def correction_error() -> float:
+    """sup_x |P(N(0, 1) + X_corr ≤ x) − S(x)| of :func:`correction_distribution` (S logistic CDF).
+
+    The error the correction distribution itself adds to every minibatch Barker decision
+    (seed 001, "PDF of the correction distribution"); evaluated on 8001 points of [−25, 25]
+    (beyond the grid's [−20, 20], where both CDFs are within 2e−9 of 0 or 1). About 1.7e−5.
+    """
+    grid, probs = correction_distribution()
+    x = np.linspace(-25.0, 25.0, 8001)
+    return float(np.max(np.abs(ndtr(x[:, None] - grid[None, :]) @ probs - expit(x))))
+
+
 def sample_correction(u):
     """X_corr by inverting the CDF of :func:`correction_distribution` at the uniform ``u``."""
     grid, probs = correction_distribution()
     return float(grid[min(int(np.searchsorted(np.cumsum(probs), u)), grid.size - 1)])
 
 
-def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size):
+# 6.4 E|Z|³ + 2 E|Z| over distributions with E Z² = 1 is smallest, 8.4, for |Z| = 1: E|Z|³ ≥ 1
+# by Lyapunov's inequality, and a smaller E|Z| forces a larger E|Z|³ (6.4/√q + 2√q ≥ 8.4 for
+# Z = ±1/√q with probability q). Hence the seed-001 bound is ≥ 8.4/√b for any terms.
+BARKER_MIN_CONSTANT = 8.4
+
+
+def barker_clt_error(values) -> float:
+    """Seed 001's bound (6.4 E|Z|³ + 2 E|Z|)/√b on the acceptance-probability error.
+
+    Seed 001, "Bounding acceptance probability error":
+    sup_y |P{Δ* + X_nc + X_corr < y} − S(y − Δ)| ≤ (6.4 E|X|³ + 2 E|X|)/√b, a
+    Berry-Esseen bound for the self-normalised mean, so X is the per-row deviation
+    N t_k − Σ t standardised to unit variance: Z = (t_k − t̄)/s. The moments are
+    estimated from the b rows read (a plug-in: rare extreme rows that the minibatch has
+    not met are invisible to it); with s = 0 the smallest possible value 8.4/√b is used.
+    """
+    values = np.asarray(values, float)
+    b = values.size
+    mean, var = _mean_var(values)
+    if var <= 0.0:
+        return BARKER_MIN_CONSTANT / math.sqrt(b)
+    z = np.abs(values - mean) / math.sqrt(var)
+    return float(6.4 * np.mean(z**3) + 2.0 * np.mean(z)) / math.sqrt(b)
+
+
+def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
     """Minibatch Barker test of Seita et al. (seed 001, "Algorithm").
 
-    Grow a without-replacement minibatch by ``batch_size`` rows until the variance of
-    Δ* = offset + N t̄, estimated as σ² = N² s²/b (1 − b/N), is below 1; then accept iff
-    Δ* + X_nc + X_corr > 0 with X_nc ~ N(0, 1 − σ²) and X_corr from the precomputed
-    σ = 1 correction distribution (drawn by inverting its CDF at ``u``). When the batch
+    Grow a without-replacement minibatch by ``batch_size`` rows until (seed 001,
+    "Algorithm", step 2)
+
+    * the variance of Δ* = offset + N t̄, estimated as σ² = N² s²/b (1 − b/N), is below 1,
+      and
+    * the bound on the acceptance-probability error, ε_b = (6.4 E|Z|³ + 2 E|Z|)/√b
+      (:func:`barker_clt_error`, seed 001 "Bounding acceptance probability error") plus the
+      correction distribution's own CDF error (:func:`correction_error`), is below δ =
+      ``error``;
+
+    then accept iff Δ* + X_nc + X_corr > 0 with X_nc ~ N(0, 1 − σ²) and X_corr from the
+    precomputed σ = 1 correction distribution (drawn by inverting its CDF at ``u``). While a
+    criterion fails, the batch grows to the size at which the current estimates of s² and
+    of the moments would meet it (never by less than ``batch_size``), so that reaching
+    b ≈ (12/δ)² rows does not take thousands of looks of O(b) work each. When the batch
     reaches N, Δ* = Δ exactly and the exact Barker test Δ + logit(u) > 0 is used, which
-    accepts with probability 1/(1 + e^{−Δ}) (not the MH probability min(1, e^Δ): the
-    Barker chain has the same target and a lower acceptance rate).
+    accepts with probability 1/(1 + e^{−Δ}) (not the MH probability min(1, e^Δ): the Barker
+    chain has the same target and a lower acceptance rate).
+
+    Parameters
+    ----------
+    row_terms, n_rows, offset : see :func:`austerity_test`
+    u : float
+        The uniform; X_corr is its quantile (the exact test uses logit(u)).
+    rng : numpy.random.Generator
+        Draws the rows and X_nc.
+    batch_size : int
+    error : float or None
+        δ, the allowed error of the acceptance probability: seed 001 bounds
+        sup_y |P{Δ* + X_nc + X_corr < y} − S(y − Δ)| (S the logistic CDF) by ε_b. Since
+        ε_b ≥ 8.4/√b for any terms, the test can stop before N only at b > (8.4/δ)² rows
+        (Gaussian terms: about (11.8/δ)²), e.g. δ = 0.01 needs b > 705,600. None: the
+        variance criterion only, with no control of the error (the seed's first version,
+        "Precomputing correction distribution").
+
+    Returns
+    -------
+    accept, rows_used, stats
+        ``stats["error_bound"]`` is ε_b + the correction error at decision (0 at b = N).
     """
     stream = RowStream(rng, n_rows)
     values = np.empty(0)
+    target, eps_corr = min(int(batch_size), n_rows), correction_error()
     while True:
-        values = np.concatenate([values, np.asarray(row_terms(stream.take(batch_size)), float)])
+        values = np.concatenate([values, np.asarray(row_terms(stream.take(target - values.size)), float)])
         b = values.size
         mean, var = _mean_var(values)
         delta = offset + n_rows * mean
         if b >= n_rows:
-            return exact_barker_test(delta, u), b, {"delta_hat": delta, "loglik_var": 0.0}
+            return exact_barker_test(delta, u), b, {"delta_hat": delta, "loglik_var": 0.0,
+                                                    "error_bound": 0.0}
         sigma2 = n_rows**2 * var / b * (1.0 - b / n_rows)
-        if b >= 2 and sigma2 < 1.0:
+        needed = b + int(batch_size)
+        if b < 2:
+            pass
+        elif sigma2 >= 1.0:
+            # σ² = N² s² (1/b − 1/N) < 1 iff b > N² s² / (N s² + 1) at the current s²
+            needed = max(needed, math.floor(n_rows**2 * var / (n_rows * var + 1.0)) + 1)
+        elif error is None:
+            bound = math.nan
             break
+        else:
+            bound = barker_clt_error(values) + eps_corr
+            if bound < error:
+                break
+            # ε_b ∝ 1/√b at fixed moments: the size at which the bound would reach δ; a δ
+            # below the correction's own error is met only by the exact test (b = N)
+            needed = (max(needed, math.ceil(b * ((bound - eps_corr) / (error - eps_corr)) ** 2))
+                      if error > eps_corr else n_rows)
+        target = min(needed, n_rows)
     x_nc = rng.normal(0.0, math.sqrt(1.0 - sigma2))
     accept = delta + x_nc + sample_correction(u) > 0
-    return bool(accept), b, {"delta_hat": delta, "loglik_var": sigma2}
+    return bool(accept), b, {"delta_hat": delta, "loglik_var": sigma2, "error_bound": bound}
 
 
 # ----------------------------------------------------------------------- two-sample
 def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *,
-                    batch_size, error, probs=None):
+                    batch_size, error, probs=None, per_look=False):
     """Modified stochastic MH with a two-sample t-test (seed 000 §5.2.1).
 
     Neither log-posterior estimate is taken as exact: Σ_k a_k (a_k = ``current_terms``,
     e.g. ℓ_k(θ) − q_k(θ)) and Σ_k b_k (``proposed_terms`` at θ') are estimated from
     two independent samples, and both are refreshed with ``batch_size`` more rows while
-    Welch's t-test of Δ̂ = offset + Σ̂b − Σ̂a against log u is inconclusive at level
-    ``error``. Uniform samples are without replacement (finite-population correction);
-    with importance probabilities ``probs`` (seed 000 §5.1) they are with replacement
-    and weighted by 1/(N p_k). Once each sample has N rows, the exact sums are used.
-    Accept iff Δ̂ > log u.
+    Welch's t-test of Δ̂ = offset + Σ̂b − Σ̂a against log u is inconclusive at the level
+    of the look, ε_k = ε/(2k²) (:func:`look_level`; ``per_look=True``: ε at every look,
+    as in :func:`austerity_test`). Uniform samples are without replacement
+    (finite-population correction); with importance probabilities ``probs`` (seed 000
+    §5.1) they are with replacement and weighted by 1/(N p_k). Once each sample has N
+    rows, the exact sums are used. Accept iff Δ̂ > log u.
+
+    Returns
+    -------
+    accept, rows_used, stats
+        ``rows_used`` counts the rows of both samples.
     """
     if probs is not None:
         probs = np.asarray(probs, float)
@@ -323,6 +491,7 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
     streams = [RowStream(rng, n_rows), RowStream(rng, n_rows)]
     values = [np.empty(0), np.empty(0)]
     fns = (current_terms, proposed_terms)
+    look = 0
     while True:
         moments = []
         for j in (0, 1):
@@ -347,12 +516,13 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
             return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": 0.0}
         se2 = va + vb
         if min(na, nb) >= 2:
+            look += 1
             if se2 > 0:
                 # Welch-Satterthwaite degrees of freedom
                 df = se2**2 / (va**2 / max(na - 1, 1) + vb**2 / max(nb - 1, 1)) if va + vb > 0 else 1.0
                 alpha = stdtr(df, -abs(delta - log_u) / math.sqrt(se2))
             else:
                 alpha = 0.0 if delta != log_u else 1.0
-            if alpha < error:
+            if alpha < (error if per_look else look_level(error, look)):
                 break
     return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": se2}

@@ -7,12 +7,14 @@ and the proposals of :mod:`pymc_subsample.kernels.proposals`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
 from pymc_subsample.kernels.proposals import adapt_log_scale, laplace_cholesky, random_walk_proposal
@@ -57,8 +59,21 @@ class SubsampleMH(SubsampleStep):
     scale : float, optional
         Initial scale; default 2.38/√d for "laplace" and 2.38/√d · √(tr Σ / d) for
         "random-walk". Adapted during tuning unless ``adapt_scale=False``.
-    error : float in (0, 1)
-        ε of the austerity and two-sample t-tests, δ of the confidence sampler.
+    error : float in (0, 1), or None for test="barker"
+        Austerity, two-sample (ε) and confidence (δ): the probability that a decision
+        differs from exact MH's. The sequential tests spend it over their looks, level
+        ε/(2k²) at look k (seed 002's δ_k; for the t-tests this replaces the level ε at every
+        look of seed 000 Algorithm 1, under which the decision error on hard decisions was
+        1.3-7 ε, see ``benchmarks/README_subsample_mh.md``); the t-tests' guarantee holds
+        under the CLT, the confidence sampler's given a valid ``range_bound``.
+        Barker (δ of seed 001, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
+        and the bound (6.4 E|Z|³ + 2 E|Z|)/√b + (correction CDF error ≈ 1.7e-5) on
+        sup |P(accept) − exact Barker| is below δ. That bound is ≥ 8.4/√b, so δ = 0.01 needs
+        b > 705,600 rows: below that N every step reads all rows (the exact Barker test, a
+        warning says so); about (12/δ)² rows are read for Gaussian-like terms, and far more
+        for heavy-tailed ones (MNIST 0/1 with an order-2 proxy: E|Z|³ ≈ 20-45, so every δ < 1
+        read all N = 14,780 rows). ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1,
+        seed 001's first rule, with no control of the error.
     num_blocks : int
         G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
     model, center, proxy_order, chunk_size, rng, initial_point
@@ -72,7 +87,11 @@ class SubsampleMH(SubsampleStep):
         regression, a rigorous bound), or "empirical": C = 2 · max over the N rows and
         8 Laplace draws of |ℓ_k − q_k| / ||θ − θ*||_Σ^{r+1}, times
         (||θ − θ*||_Σ^{r+1} + ||θ' − θ*||_Σ^{r+1}) — a heuristic that assumes the
-        remainder scales like a Taylor remainder; it voids the δ guarantee.
+        remainder scales like a Taylor remainder; it voids the δ guarantee. A callable with
+        a ``proxy_order`` attribute (as ``logistic_range_bound`` returns) must have been
+        built for the terms read — the same ``proxy_order``, or None/0 when
+        ``use_proxy=False`` — else a ValueError says what to change. At run time, a term
+        read with |t_k| > C warns once (UserWarning): the bound is wrong and δ is void.
     target_accept : float, default 0.234
         Tuning target (optimal for random walks in high dimension; about 0.44 is optimal
         for d = 1). Barker's test accepts less than MH by construction.
@@ -93,12 +112,15 @@ class SubsampleMH(SubsampleStep):
     * pseudo-marginal: targets the perturbed posterior of seed 004 eq. 4.6, error
       O(1/(N m²)) in total variation; exact when the proxy is exact (σ̂² = 0).
     * austerity (seed 000 Alg. 1) and two-sample (§5.2.1): each decision differs from
-      MH's with probability ≈ ε under the CLT; the bias grows with ε and is not bounded
-      when the CLT fails (heavy-tailed t_k).
+      MH's with probability ≤ ε under the CLT (union bound over the looks, levels
+      ε/(2k²); measured 0.05-0.7 ε, ``benchmarks/README_subsample_mh.md``);
+      the bias grows with ε and is not bounded when the CLT fails (heavy-tailed t_k).
     * confidence (seed 002): each decision is wrong with probability ≤ δ given a valid
       range bound; the stationary law is within O(δ) in TV of the posterior.
-    * barker (seed 001): the CLT-normal approximation of Δ* gives an O(1/√b) error in
-      the acceptance probability (seed 001, "Bounding acceptance probability error").
+    * barker (seed 001): sup_y |P(accept) − S(Δ − y)| ≤ δ, S the logistic CDF, up to the
+      plug-in estimate of the moments in the bound (seed 001, "Bounding acceptance
+      probability error"); the stationary law is within δ/(1 − η) in TV of the posterior
+      for a chain contracting at rate η (seed 001, "Bounds stationary distribution").
     * exact: full-data MH, the reference (``is_exact`` True, N evaluations per step).
 
     Stats: ``accept`` is min(1, e^Δ̂) for pseudo-marginal and exact MH and the 0/1
@@ -128,7 +150,11 @@ class SubsampleMH(SubsampleStep):
             raise ValueError(f"Unknown test {test!r}; choose one of {', '.join(map(repr, TESTS))}.")
         if proposal not in PROPOSALS:
             raise ValueError(f"Unknown proposal {proposal!r}; choose 'laplace' or 'random-walk'.")
-        if isinstance(error, bool) or not isinstance(error, (int, float)) or not 0 < error < 1:
+        if error is None and test != "barker":
+            raise ValueError(f"error=None (no error control) is allowed only for test='barker'; got "
+                             f"test={test!r}: pass a probability strictly between 0 and 1 (e.g. 0.01).")
+        if error is not None and (isinstance(error, bool) or not isinstance(error, (int, float))
+                                  or not 0 < error < 1):
             raise ValueError(
                 f"error must be a probability strictly between 0 and 1 (e.g. 0.01); got {error!r}.")
         if not 0 < target_accept < 1:
@@ -143,11 +169,13 @@ class SubsampleMH(SubsampleStep):
             )
         if scale is not None and not (np.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be a positive number; got {scale!r}.")
+        if test == "confidence" and callable(range_bound):
+            _check_bound_order(range_bound, proxy_order, use_proxy)
         self.test, self._requested = test, (subsample_size, num_blocks)
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
                          chunk_size=chunk_size, **kwargs)
         n, d = self.tall.n_rows, self.tall.ndim
-        self.test, self.error, self.use_proxy = test, float(error), bool(use_proxy)
+        self.test, self.error, self.use_proxy = test, None if error is None else float(error), bool(use_proxy)
         self.is_exact = test == "exact"
         if subsample_size is None:
             # m = 1000 keeps σ̂² near 1 with order-2 proxies on most GLMs (seed 004 §6);
@@ -170,6 +198,19 @@ class SubsampleMH(SubsampleStep):
                              else range_bound)
         if self._range_bound is not None and not callable(self._range_bound):
             raise ValueError("range_bound must be a callable (theta, theta_prop) -> C or 'empirical'.")
+        self._range_warned = False  # the run-time range check warns once per sampler
+        if test == "barker" and self.error is not None:
+            # seed 001's bound is ≥ 8.4/√b for any terms (mh_tests.BARKER_MIN_CONSTANT)
+            floor = mh_tests.BARKER_MIN_CONSTANT / math.sqrt(max(n - 1, 1)) + mh_tests.correction_error()
+            if self.error <= floor:
+                warnings.warn(
+                    f"SubsampleMH(test='barker', error={self.error:g}): seed 001's bound on the "
+                    "acceptance-probability error, (6.4 E|Z|³ + 2 E|Z|)/√b at b rows, is at least "
+                    f"8.4/√b and stays above error until b = N = {n}, so every step reads all N rows "
+                    f"(the exact Barker test). To subsample, raise error above {floor:.3g} (about "
+                    "(12/error)² rows are read for Gaussian-like terms, more for heavy-tailed ones), or "
+                    "pass error=None to stop as soon as σ²(Δ*) < 1, without control of the error.",
+                    UserWarning, stacklevel=2)
         # per-chain state (reset by pm.sample between chains through SubsampleMHState)
         self.log_scale = math.log(scale)
         self.n_steps = self.n_accepted = self.n_tune_steps = 0
@@ -228,6 +269,8 @@ class SubsampleMH(SubsampleStep):
                 return 2.0 * worst * float(np.linalg.norm(inv @ (theta_prop - theta)))
             return 2.0 * worst * float(a + b)
 
+        # built for the terms this sampler reads (see _check_bound_order)
+        bound.proxy_order = self.proxy.order if self.use_proxy and self.proxy.order > 0 else None
         return bound
 
     # ------------------------------------------------------------------- step
@@ -329,8 +372,10 @@ class SubsampleMH(SubsampleStep):
             c = float(self._range_bound(theta, theta_p))
             accept, rows, info = mh_tests.confidence_test(row_terms, n, offset, log_u, rng, batch_size=size,
                                                           error=self.error, range_bound=c)
+            self._check_range(info["max_abs_term"], c)
         elif self.test == "barker":
-            accept, rows, info = mh_tests.barker_test(row_terms, n, offset, u, rng, batch_size=size)
+            accept, rows, info = mh_tests.barker_test(row_terms, n, offset, u, rng, batch_size=size,
+                                                      error=self.error)
         else:
             accept, rows, info = mh_tests.two_sample_test(
                 one_point(theta), one_point(theta_p), n, offset, log_u, rng, batch_size=size,
@@ -338,6 +383,43 @@ class SubsampleMH(SubsampleStep):
             per_row = 2 if proxied else 1
         return accept, {"accept": float(accept), "batch_size": rows, "n_loglik_evals": per_row * rows,
                         "loglik_var": info["loglik_var"]}
+
+    def _check_range(self, observed, bound):
+        """Warn once when a term read exceeds C(θ, θ'): the confidence sampler's δ is then void."""
+        # 1e-9 relative slack: a valid bound may be matched to the last bits by a term
+        if self._range_warned or not observed > bound * (1.0 + 1e-9):
+            return
+        self._range_warned = True
+        order = self.proxy.order if self.use_proxy and self.proxy.order > 0 else None
+        terms = (f"remainders of the order-{order} proxy (proxy_order={order}, use_proxy=True)"
+                 if order is not None else "differences ℓ_k(θ') − ℓ_k(θ) (no proxy)")
+        ratio = observed / bound if bound > 0 else math.inf
+        warn_poor(
+            f"SubsampleMH(test='confidence'): a term |t_k| = {observed:.3g} read at step {self.n_steps + 1} "
+            f"exceeds the range bound C(θ, θ') = {bound:.3g} ({ratio:.3g}x), "
+            f"so the error level δ = {self.error:g} is not guaranteed. The terms are {terms}: pass a "
+            "range_bound that bounds them (logistic_range_bound(X, center, proxy_order="
+            f"{order}) with the sampler's center for logistic regression), or a larger one. "
+            "Warned once per sampler.")
+
+    # ----------------------------------------------------------------- checks
+    ess_remedy = ("Lengthen tuning so the proposal scale adapts, run more draws, or use pms.HMCECS, "
+                  "whose gradient-based moves mix faster.")
+
+    def run_checks(self):
+        """ESS, acceptance after warm-up and, for the pseudo-marginal test, the mean σ̂²."""
+        checks = super().run_checks() + [mean_check(
+            "accept", "accepted", lambda v: v < 0.05,
+            f"SubsampleMH ({self.test}): {{value:.1%}} of proposals were accepted after warm-up; the "
+            "chain barely moves. Lengthen tuning, lower `scale`, or (pseudo-marginal) raise "
+            "subsample_size.")]
+        if self.test == "pseudo-marginal":
+            checks.append(mean_check(
+                "variance", "loglik_var", lambda v: v > 3.0,
+                "SubsampleMH pseudo-marginal: σ̂² averages {value:.3g} after warm-up, far above the "
+                "target ≈ 1, so the chain sticks. Raise subsample_size or proxy_order, or pass a "
+                "center nearer the posterior mode."))
+        return checks
 
     # ----------------------------------------------------------------- tuning
     def stop_tuning(self):
@@ -349,6 +431,32 @@ class SubsampleMH(SubsampleStep):
         if self.test == "pseudo-marginal" and self.current_sigma2 > 3.0:
             warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {self.current_sigma2:.2f} at the end of tuning, "
                       "far above the target ≈ 1; raise subsample_size or proxy_order.")
+
+
+def _check_bound_order(bound, proxy_order, use_proxy):
+    """A range bound that declares the proxy order it was built for must match the terms read.
+
+    The confidence sampler's terms are remainders t_k of the order-r proxy, or plain
+    differences of ℓ_k without a proxy (use_proxy=False or order 0, whose constant proxy
+    cancels). A bound for another order does not bound them (seed 002; measured: a bound for
+    order 2 with an order-1 proxy was exceeded 4-40x). Bounds without a ``proxy_order``
+    attribute cannot be checked here; the run-time check still applies.
+    """
+    if not hasattr(bound, "proxy_order") or proxy_order not in (0, 1, 2):
+        return
+    declared = bound.proxy_order
+    terms = proxy_order if use_proxy and proxy_order > 0 else None
+    if declared == terms or (terms is None and declared in (None, 0)):
+        return
+    what = (f"remainders of an order-{terms} proxy (proxy_order={terms}, use_proxy=True)"
+            if terms is not None else "plain differences ℓ_k(θ') − ℓ_k(θ) (use_proxy=False or proxy_order=0)")
+    fix = (f"set proxy_order={declared}" + ("" if use_proxy else " and use_proxy=True")
+           if declared not in (None, 0) else "set use_proxy=False")
+    raise ValueError(
+        f"range_bound was built for proxy order {declared} (its proxy_order attribute), but the "
+        f"confidence sampler reads {what}: the bound does not bound these terms, so δ would mean "
+        f"nothing. Build it for the terms read (e.g. logistic_range_bound(X, center, "
+        f"proxy_order={terms})), or {fix}.")
 
 
 def _check_probs(probs, n):
