@@ -14,19 +14,28 @@ It prints time per iteration, per-row likelihood evaluations per iteration, ESS 
 and the accuracy of the σ = θ3 marginal, and writes ``benchmarks/out_iss/`` (a JSON of
 the numbers and a PNG of the marginals if matplotlib is installed).
 
+``--glm`` instead runs ``pms.ISS`` with its defaults, and with the old default summary
+("moments"), on the zoo GLMs "linear" (unknown σ) and "poisson_offset" (X and y as
+``pm.Data``) against full-data PyMC NUTS (issue 11): per run the largest |Δmean| in NUTS
+posterior sds, the largest sd ratio, the smallest bulk ESS, seconds per iteration, and
+which Laplace-check warnings fired.
+
 Usage::
 
     python benchmarks/iss.py [--N 1000000] [--draws 10000] [--tune 2000] [--nuts-draws 500]
-        [--reuse-nuts]
+        [--reuse-nuts] [--only SUBSTRING ...]
+    python benchmarks/iss.py --glm [--glm-N 50000] [--seeds 1 2]
 
 ``--reuse-nuts`` takes the NUTS row from ``out_iss/nuts_N{N}.json`` written by an earlier
 run of this script on the same data (full-data NUTS at N = 10^6 takes ~7 minutes here).
+``--only`` runs the ISS configurations whose name contains one of the substrings.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import warnings
@@ -43,6 +52,7 @@ from pymc_subsample.step_methods.iss import ISS
 # one AR(2) set-up (simulator, PyMC model, Yule-Walker summary) for the tests and this benchmark
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_iss import ar2_model, simulate_ar2, yule_walker  # noqa: E402
+from zoo import build  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out_iss"
 
@@ -98,9 +108,16 @@ def main():
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--nuts-draws", type=int, default=500)
     ap.add_argument("--reuse-nuts", action="store_true")
+    ap.add_argument("--no-nuts", action="store_true", help="compare with the exact marginal only")
     ap.add_argument("--mh-draws", type=int, default=2000, help="SubsampleMH draws (1 chain)")
+    ap.add_argument("--only", nargs="+", default=None, help="ISS configurations to run (substrings)")
+    ap.add_argument("--glm", action="store_true", help="zoo GLMs against NUTS instead of AR(2)")
+    ap.add_argument("--glm-N", type=int, default=50_000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
+    if args.glm:
+        return glm_main(args)
 
     X, y = simulate_ar2(args.N)
     ref = sigma_reference(X, y)
@@ -112,7 +129,9 @@ def main():
     rows, draws_by = [], {}
 
     nuts_file = OUT / f"nuts_N{args.N}.json"
-    if args.reuse_nuts and nuts_file.exists():
+    if args.no_nuts:
+        row = None
+    elif args.reuse_nuts and nuts_file.exists():
         row = json.loads(nuts_file.read_text())
         print("NUTS row reused from", nuts_file, json.dumps(row), flush=True)
     else:
@@ -121,19 +140,25 @@ def main():
         row["evals_per_iter"] = None
         nuts_file.write_text(json.dumps(row))
         draws_by[row["method"]] = d
-    nuts = (row["sigma_mean"], row["sigma_sd"])
-    rows.append(row)
+    nuts = None if row is None else (row["sigma_mean"], row["sigma_sd"])
+    if row is not None:
+        rows.append(row)
 
     configs = [
         ("ISS n=1000 YW eps=0 (uniform)", dict(subset_size=1000, epsilon=0.0, summary=yule_walker)),
         ("ISS n=100 YW auto", dict(subset_size=100, summary=yule_walker)),
         ("ISS n=1000 YW auto", dict(subset_size=1000, summary=yule_walker)),
         ("ISS n=1000 YW auto HMC", dict(subset_size=1000, summary=yule_walker, inner="hmc")),
-        ("ISS n=100 moments auto", dict(subset_size=100)),
-        ("ISS n=1000 moments auto", dict(subset_size=1000)),
+        ("ISS n=100 moments auto", dict(subset_size=100, summary="moments")),
+        ("ISS n=1000 moments auto", dict(subset_size=1000, summary="moments")),
         ("ISS n=1000 YW auto refresh 1%", dict(subset_size=1000, summary=yule_walker, target_refresh=0.01)),
-        ("ISS n=1000 moments auto refresh 1%", dict(subset_size=1000, target_refresh=0.01)),
+        ("ISS n=1000 moments auto refresh 1%",
+         dict(subset_size=1000, summary="moments", target_refresh=0.01)),
+        ("ISS n=100 map auto", dict(subset_size=100, summary="map")),
+        ("ISS defaults (n=sqrt N, map, auto)", dict()),
     ]
+    if args.only:
+        configs = [(name, kw) for name, kw in configs if any(o in name for o in args.only)]
     for name, kw in configs:
         t0 = time.perf_counter()
         step = ISS(model=tall, **kw)
@@ -147,7 +172,7 @@ def main():
         from pymc_subsample.step_methods.subsample_mh import SubsampleMH
     except ImportError:
         SubsampleMH = None
-    if SubsampleMH is not None:
+    if SubsampleMH is not None and not args.only:
         t0 = time.perf_counter()
         with model:
             step = SubsampleMH(test="pseudo-marginal", subsample_size=1000)
@@ -159,7 +184,9 @@ def main():
         draws_by[row["method"]] = d
 
     summary = {"N": args.N, "exact_sigma": list(ref[2:]), "rows": rows}
-    (OUT / "iss_ar2.json").write_text(json.dumps(summary, indent=1))
+    (OUT / ("iss_ar2_only.json" if args.only else "iss_ar2.json")).write_text(json.dumps(summary, indent=1))
+    if args.only:
+        return  # a partial run: keep the full run's figure
     try:
         import matplotlib
 
@@ -179,6 +206,78 @@ def main():
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(OUT / "iss_ar2_sigma.png", dpi=120)
+
+
+# ------------------------------------------------------------------ zoo GLMs (issue 11)
+# (label, ISS keyword arguments as a function of n, draws, tune); "old defaults" are those
+# before issue 11: summary="moments" and swap_size = max(1, n // 100)
+GLM_CONFIGS = [
+    ("defaults (map, swap 1)", lambda n: {}, 300, 300),
+    ("old defaults (moments, swap n//100)", lambda n: {"summary": "moments", "swap_size": max(1, n // 100)},
+     300, 300),
+    ("moments, swap 1", lambda n: {"summary": "moments"}, 300, 300),
+    ("defaults (map, swap 1)", lambda n: {}, 3000, 1000),
+    ("old defaults (moments, swap n//100)", lambda n: {"summary": "moments", "swap_size": max(1, n // 100)},
+     3000, 1000),
+    ("moments, swap 1", lambda n: {"summary": "moments"}, 3000, 1000),
+]
+
+
+def _nuts_moments(name, N):
+    """Per-coordinate mean and sd of full-data NUTS (1 chain, 500 + 500), cached in out_iss/."""
+    path = OUT / f"nuts_glm_{name}_N{N}.json"
+    if path.exists():
+        return {k: np.asarray(v) for k, v in json.loads(path.read_text()).items()}
+    with build(name, N), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        idata = pm.sample(draws=500, tune=500, chains=1, random_seed=0, progressbar=False,
+                          compute_convergence_checks=False)
+    out = {}
+    for var in idata.posterior.data_vars:
+        x = idata.posterior[var].values.reshape(-1, int(np.prod(idata.posterior[var].shape[2:])))
+        out[var] = np.stack([x.mean(0), x.std(0)])
+    path.write_text(json.dumps({k: v.tolist() for k, v in out.items()}))
+    return out
+
+
+def glm_main(args):
+    rows = []
+    for name in ["linear", "poisson_offset"]:
+        ref = _nuts_moments(name, args.glm_N)
+        model = build(name, args.glm_N)
+        n = math.ceil(math.sqrt(args.glm_N))
+        for label, kw, draws, tune in GLM_CONFIGS:
+            for seed in args.seeds:
+                t0 = time.perf_counter()
+                with model:
+                    step = ISS(**kw(n))
+                setup = time.perf_counter() - t0
+                with warnings.catch_warnings(record=True) as record:
+                    warnings.simplefilter("always")
+                    t0 = time.perf_counter()
+                    idata = pm.sample(step=step, draws=draws, tune=tune, chains=1, random_seed=seed,
+                                      progressbar=False, compute_convergence_checks=False, model=model)
+                    wall = time.perf_counter() - t0
+                shifts, ratios, ess = [], [], []
+                for var, (mean, sd) in ref.items():
+                    x = idata.posterior[var].values.reshape(draws, -1)
+                    shifts += list(np.abs(x.mean(0) - mean) / sd)
+                    ratios += list(x.std(0) / sd)
+                    ess += [float(az.ess(x[None, :, j])) for j in range(x.shape[1])]
+                fired = sorted({("spread" if "standard deviation is" in str(r.message) else "shift")
+                                for r in record if "Laplace standard deviation" in str(r.message)})
+                row = {"model": name, "N": args.glm_N, "config": label, "draws": draws, "tune": tune,
+                       "seed": seed, "n": step.n, "swap_size": step.swap_size,
+                       "max_abs_dmean_over_sd": max(shifts),
+                       "max_sd_ratio": max(ratios), "min_sd_ratio": min(ratios), "min_ess": min(ess),
+                       "sec_per_iter": wall / (draws + tune), "setup_s": setup,
+                       "refresh_rate": float(idata.sample_stats["refresh_rate"].values[0, -1]),
+                       "epsilon": float(idata.sample_stats["epsilon"].values[0, -1]),
+                       "laplace_warnings": fired}
+                print(json.dumps({k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                                  for k, v in row.items()}), flush=True)
+                rows.append(row)
+    (OUT / f"iss_glm_N{args.glm_N}.json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """ISS-MCMC (seed 002): kernels, Bernoulli toy against the Beta posterior, AR(2) against
-an exact reference, ε → 0, diagnostics and bad input."""
+an exact reference, ε → 0, the "map" summary as a function of the subset, the Laplace
+checks, the defaults on zoo GLMs against full-data NUTS, diagnostics and bad input."""
 
 import warnings
 
@@ -9,10 +10,21 @@ import pymc as pm
 import pytest
 from conftest import logistic_data, logistic_model
 from scipy.special import logsumexp
+from zoo import agreement, agrees, build
 
+import pymc_subsample as pms
+from pymc_subsample.diagnostics.run_checks import RunMonitor
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
+from pymc_subsample.step_methods.iss import (
+    ISS,
+    SHIFT_LIMIT,
+    SPREAD_LIMIT,
+    SPREAD_MARGIN_SE,
+    check_refresh_rate,
+    laplace_checks,
+    laplace_discrepancy,
+)
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 
@@ -93,9 +105,10 @@ def test_subset_size_and_swap_size_rules():
     assert K.resolve_subset_size("sqrt", 10_000) == 100
     assert K.resolve_subset_size("sqrt", 1_000_000) == 1000
     assert K.resolve_swap_size(None, 100, 10_000) == 1
-    assert K.resolve_swap_size(None, 1000, 10**6) == 10
+    assert K.resolve_swap_size(None, 1000, 10**6) == 1  # one row: the largest ε per refresh rate
     assert K.resolve_swap_size(None, 50, 50) == 0  # n = N: nothing to swap
-    assert K.resolve_swap_size(None, 299, 300) == 1  # never more than the N - n outsiders
+    assert K.resolve_swap_size(None, 299, 300) == 1
+    assert K.resolve_swap_size(10, 1000, 10**6) == 10
 
 
 def test_propose_swap_stays_outside_and_distinct():
@@ -128,7 +141,7 @@ def test_stationary_refresh_signal_is_unbiased_on_a_toy_chain():
 def test_incremental_sums_match_recomputed():
     X, y = logistic_data(n=3000, d=2)
     with logistic_model(X, y):
-        step = ISS(subset_size=200, epsilon="auto", swap_size=3)
+        step = ISS(subset_size=200, epsilon="auto", swap_size=3, summary="moments")
     _sample(step, draws=300, tune=300, chains=1)
     S = step.summary
     assert np.allclose(step.subset_sum, S.row_stats(step.batch).sum(axis=0), atol=1e-8)
@@ -140,6 +153,7 @@ def test_incremental_sums_match_recomputed():
 
 
 # --------------------------------------------------------------- Bernoulli
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [100, 1000])
 def test_bernoulli_error_shrinks_as_epsilon_grows(n):
     model, y = bernoulli()
@@ -151,7 +165,7 @@ def test_bernoulli_error_shrinks_as_epsilon_grows(n):
     unit2 = 2 * (N / (n * y.std())) ** 2
     errs = []
     for c in [0.0, 0.1, 1.0, 10.0]:
-        step = ISS(model=tall, subset_size=n, epsilon=c / unit2)
+        step = ISS(model=tall, subset_size=n, epsilon=c / unit2, summary="moments")
         idata = _sample(step, draws=4000, tune=1000)
         err, mcse, m, s = gaussian_w2(idata.posterior["p"], mean, sd)
         errs.append((err, mcse))
@@ -170,7 +184,7 @@ def test_bernoulli_auto_epsilon_and_hmc_match_beta():
     mean, sd = a / (a + b), np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
     tall = TallModel(model)
     for inner in ["mh", "nuts"]:
-        step = ISS(model=tall, subset_size=1000, inner=inner)
+        step = ISS(model=tall, subset_size=1000, inner=inner, summary="moments")
         idata = _sample(step, draws=2000, tune=1000)
         err, mcse, m, s = gaussian_w2(idata.posterior["p"], mean, sd)
         rate = idata.sample_stats["refresh_rate"].values[:, -1]
@@ -205,7 +219,8 @@ def test_ar2_hmc_from_a_far_initial_point_rejects_out_of_support_proposals():
     # σ starts ~4x too large: early leapfrog paths overshoot to σ = 0, which must be
     # rejected as a divergence, not raise PyMC's ParameterValueError
     X, y = simulate_ar2(20_000)
-    step = ISS(model=ar2_model(X, y), subset_size=200, summary=yule_walker, inner="hmc")
+    step = ISS(model=ar2_model(X, y), subset_size=200, summary=yule_walker, inner="hmc",
+               init_at_center=False)
     idata = _sample(step, draws=300, tune=300, chains=1)
     sigma = idata.posterior["sigma"].values
     assert np.all(np.isfinite(sigma)) and abs(np.median(sigma) - 1) < 0.1
@@ -223,7 +238,7 @@ def test_ar2_million_rows(n):
 def test_epsilon_zero_gives_uniform_subsets():
     model, y = bernoulli()
     N, n = len(y), 100
-    step = ISS(model=model, subset_size=n, epsilon=0.0)
+    step = ISS(model=model, subset_size=n, epsilon=0.0, summary="moments")
     idata = _sample(step, draws=3000, tune=0, chains=1)
     ss = idata.sample_stats
     assert np.all(ss["subset_accept"].values == 1.0)
@@ -253,13 +268,208 @@ def test_map_summary_runs_and_counts_newton_evaluations():
     assert idata.sample_stats["n_loglik_evals"].values.min() >= 3 * 100
 
 
+# ------------------------------------------------------- "map" summary
+def _swap_into(step, monkeypatch, start, position, row):
+    """Put the chain on subset ``start``, then make the next proposal swap ``row`` in at
+    ``position`` (ε = 0: accepted) and return the summary the step computed for the result."""
+    tall = step.tall
+    step.subset = np.array(start)
+    step.member = np.zeros(tall.n_rows, dtype=bool)
+    step.member[step.subset] = True
+    step.batch = tall.gather(step.subset)
+    step._set_summary_from_batch()
+    monkeypatch.setattr(K, "propose_swap", lambda rng, member, n, r: (np.array([position]), np.array([row])))
+    accepted, _, _, evals = step._subset_update()
+    assert accepted and evals >= 2 * step.n  # S(Y_U) costs ≥ 2 passes over the n rows
+    return step.summary_value.copy(), step.delta_sq
+
+
+def test_map_summary_is_a_function_of_the_subset_alone(monkeypatch):
+    # Δ_n(U') must not depend on the subset the chain came from (seed 002, ISS-MCMC step 1.2
+    # is a Metropolis step on ν_{n,ε} only then). n = 30 of 3000 logistic rows: sub-posterior
+    # modes are ~10 sds apart, so a start at the current subset's mode changes the result.
+    X, y = logistic_data(n=3000, d=3, seed=4)
+    with logistic_model(X, y):
+        step = ISS(subset_size=30, summary="map", epsilon=0.0, rng=0)
+    step._init_chain()
+    rng = np.random.default_rng(3)
+    target = rng.choice(3000, size=30, replace=False)  # U', in no particular order
+    outside = np.setdiff1d(np.arange(3000), target)
+    a, b = rng.choice(outside, size=2, replace=False)
+    # two different current subsets, U1 = U' with row a at position 4 and U2 = U' with row b
+    # at position 17 (their rows in other orders too); one swap takes each to U'
+    u1, u2 = target.copy(), target[::-1].copy()
+    u1[4], u2[17] = a, b
+    s1, d1 = _swap_into(step, monkeypatch, u1, 4, target[4])
+    s2, d2 = _swap_into(step, monkeypatch, u2, 17, target[::-1][17])
+    assert set(step.subset) == set(target)
+    assert np.array_equal(s1, s2) and d1 == d2  # identical, to the last bit
+    # and equal to the summary of U' computed from scratch
+    direct, _ = step.summary.value(step.tall.gather(np.sort(target)))
+    assert np.array_equal(s1, direct)
+    # the value is the mode of the scaled sub-posterior: its gradient vanishes there
+    batch = step.tall.gather(np.sort(target))
+    _, g = step.tall.loglik_sum_value_and_grad(s1, batch)
+    _, gp = step.tall.prior_value_and_grad(s1)
+    assert np.max(np.abs(gp + (3000 / 30) * g)) < 1e-6 * np.max(np.abs((3000 / 30) * g) + 1)
+
+
+# ------------------------------------------------------------ Laplace checks
+def _monitor_warnings(thetas, center, sd):
+    monitor = RunMonitor(laplace_checks(center, sd))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for theta in thetas:
+            monitor.record(theta, {})
+    return [str(r.message) for r in record]
+
+
+def _ar1_chain(n, sd, rho, rng):
+    z = np.zeros((n, len(sd)))
+    z[0] = rng.standard_normal(len(sd))
+    for t in range(1, n):
+        z[t] = rho * z[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(len(sd))
+    return z * sd
+
+
+def test_laplace_check_fires_on_wide_or_shifted_chains_and_not_on_good_ones():
+    rng = np.random.default_rng(0)
+    center, sd = np.array([1.0, -2.0, 0.5]), np.array([0.01, 0.2, 3.0])  # unequal scales
+    # good: N(θ*, sd²) by independent draws and by a sticky AR(1) chain (ESS ≈ 5% of the
+    # draws); and an ISS-like chain 1.25× too wide with ESS ≈ 2.5% (within ISS's tolerance)
+    for rho, widen in [(0.0, 1.0), (0.9, 1.0), (0.95, 1.25)]:
+        good = center + _ar1_chain(800, widen * sd, rho, rng)
+        spread, lower, shift = laplace_discrepancy(good, center, sd)
+        assert 0.8 * widen < spread < 1.25 * widen and lower < spread and shift < 1.0
+        assert _monitor_warnings(good, center, sd) == []
+    # too wide: one coordinate 2× its Laplace sd (what ISS's mixture of sub-posteriors does)
+    wide = center + _ar1_chain(800, sd * [1.0, 2.0, 1.0], 0.5, rng)
+    spread, lower, _ = laplace_discrepancy(wide, center, sd)
+    ratio = wide.std(axis=0, ddof=1) / sd
+    ess = np.array([float(az.ess(wide[None, :, j])) for j in range(3)])
+    assert abs(spread - 2.0) < 0.3 and 1.5 < lower < spread
+    assert lower == pytest.approx(np.max(ratio * np.exp(-0.5 / np.sqrt(2 * ess))), rel=1e-12)
+    messages = _monitor_warnings(wide, center, sd)
+    assert len(messages) == 1  # at the first checkpoint, once
+    assert "after 100 draws the chain's standard deviation is at least" in messages[0]
+    assert "subset_size" in messages[0] and "pms.HMCECS" in messages[0] and "summary='map'" in messages[0]
+    monitor = RunMonitor(laplace_checks(center, sd, summary_kind="map"))  # no advice to use what is used
+    with pytest.warns(UserWarning) as record:
+        for theta in wide[:100]:
+            monitor.record(theta, {})
+    assert "subset_size" in str(record[0].message) and "summary='map'" not in str(record[0].message)
+    # shifted: right width, mean 3 Laplace sds off in the third coordinate
+    shifted = center + [0.0, 0.0, 3 * sd[2]] + _ar1_chain(800, sd, 0.5, rng)
+    messages = _monitor_warnings(shifted, center, sd)
+    assert len(messages) == 1 and "Laplace standard deviations from the full-data centre" in messages[0]
+    # the limits the docstrings state
+    assert (SPREAD_LIMIT, SPREAD_MARGIN_SE, SHIFT_LIMIT) == (1.5, 0.5, 2.0)
+    assert np.isnan(laplace_discrepancy(center[None], center, sd)[0])  # 1 draw: no verdict
+
+
+def test_laplace_check_in_pm_sample_fires_on_uniform_subsets_only():
+    # ε = 0 on a Gaussian linear model: uniform subsets of n = 100 of 4000 rows, whose scaled
+    # sub-posteriors are spread ~√(N/n) ≈ 6 posterior sds around θ*: the check must fire.
+    # n = N: ISS is full-data MH, so the chain samples the posterior and it must stay silent.
+    model = build("linear", 4000)
+    tall = TallModel(model)
+    with pytest.warns(UserWarning) as record:
+        pm.sample(step=ISS(model=tall, subset_size=100, epsilon=0.0, summary="moments"), draws=200,
+                  tune=200, chains=1,
+                  random_seed=1, model=model, **SAMPLE)
+    assert any("the chain's standard deviation is at least" in str(r.message) for r in record)
+    step = ISS(model=tall, subset_size=4000)
+    assert step.swap_size == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pm.sample(step=step, draws=400, tune=300, chains=1, random_seed=1, model=model, **SAMPLE)
+    assert len(step.monitor.thetas) == 400  # warm-up draws are not checked
+
+
+# ---------------------------------------------- defaults against full-data NUTS
+ZOO_N = 20_000
+_NUTS = {}
+
+
+def _nuts_reference(name):
+    if name not in _NUTS:
+        with build(name, ZOO_N), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            _NUTS[name] = pm.sample(draws=1000, tune=700, chains=1, random_seed=11, **SAMPLE)
+    return _NUTS[name]
+
+
+def _iss_against_nuts(name, **kwargs):
+    """ISS(**kwargs) on a zoo GLM (X and y as pm.Data): agreement with NUTS and the Laplace warnings."""
+    model = build(name, ZOO_N)
+    with model:
+        step = pms.ISS(**kwargs)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=step, draws=5000, tune=500, chains=1, random_seed=3, model=model, **SAMPLE)
+    laplace = [str(r.message) for r in record if "Laplace standard deviation" in str(r.message)]
+    result = agreement(idata, _nuts_reference(name), [rv.name for rv in model.free_RVs])
+    print(name, kwargs, {k: (round(r["ess"]), round(r["z"], 2), round(r["shift"], 2),
+                             np.round(r["sd_ratio"], 2).tolist()) for k, r in result.items()}, laplace)
+    return result, laplace
+
+
+def _far_off(result):
+    """Beyond the tolerance ISS states for itself: a mean more than SHIFT_LIMIT reference sds
+    off and significantly so (MCSE-scaled z > 4.5), or an sd more than SPREAD_LIMIT× too wide."""
+    return any((r["shift"] > SHIFT_LIMIT and r["z"] > 4.5) or np.any(r["sd_ratio"] > SPREAD_LIMIT)
+               for r in result.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["linear", "poisson_offset"])
+def test_default_iss_agrees_with_full_data_nuts_or_warns(name):
+    # issue 11: pms.ISS() with no arguments on ordinary GLMs was 3–9 sds off, silently.
+    # Now it must either agree with full-data NUTS (min ESS, MCSE-scaled z, sd within ISS's
+    # stated 1.5×) and stay silent, or, when far off, say so.
+    result, laplace = _iss_against_nuts(name)
+    if _far_off(result):
+        assert laplace, result
+    else:
+        assert min(r["ess"] for r in result.values()) >= 100, result
+        assert agrees(result, min_ess=100, z_max=4.5, sd_tol=SPREAD_LIMIT - 1), result
+        assert not laplace, laplace  # no false alarm on a run that agrees
+
+
+@pytest.mark.slow
+def test_moment_summary_is_far_off_on_a_glm_and_warns():
+    # the old default: standardised moments of (X, log exposure, y) are not sufficient for a
+    # Poisson GLM and the subset chain mixes slowly, so the ISS marginals are far off; the
+    # Laplace check must say so, by message
+    result, laplace = _iss_against_nuts("poisson_offset", summary="moments")
+    assert _far_off(result), result  # the regime where the warning matters
+    assert laplace, result
+    assert any("subset_size" in m and "summary='map'" in m and "pms.SubsampleMH" in m for m in laplace)
+
+
+def test_chains_start_at_the_centre_unless_asked_not_to():
+    model = build("linear", 4000)
+    tall = TallModel(model)
+    first = {}
+    for init in [True, False]:
+        step = ISS(model=tall, summary="moments", init_at_center=init)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            idata = pm.sample(step=step, draws=5, tune=5, chains=1, random_seed=2, model=model,
+                              discard_tuned_samples=False, **SAMPLE)
+        z = (idata.warmup_posterior["alpha"].values[0, 0] - step.target.center[0]) / step.laplace_sd[0]
+        first[init] = abs(float(z))
+    # one random-walk step from θ* (≲ 3 sds) against PyMC's initial point α = 0, ~80 sds away
+    assert first[True] < 5 and first[False] > 50
+
+
 # ------------------------------------------------------------ diagnostics
 def test_warns_when_refresh_rate_is_below_one_percent():
     # n = N - 1 and a huge ε: the chain finds the best of the N subsets and stays there
     X, y = logistic_data(n=300, d=2)
     model = logistic_model(X, y)
     with model:
-        step = ISS(subset_size=299, epsilon=1e6)
+        step = ISS(subset_size=299, epsilon=1e6, summary="moments")
     with pytest.warns(UserWarning, match="refresh rate"):
         idata = pm.sample(step=step, draws=1500, tune=0, chains=1, random_seed=2, model=model, **SAMPLE)
     with pytest.warns(UserWarning, match="refresh rate below"):

@@ -6,31 +6,62 @@ updates the subset U (a Metropolis step on ν_{n,ε}(U) ∝ exp(−ε‖Δ_n(U)�
 as in the slides' "ISS-MCMC" algorithm. The result is *approximate*: the θ-marginal
 targets a mixture of scaled sub-posteriors whose distance to π(θ|Y) is controlled by
 ε and n ("Theoretical analysis of ISS-MCMC", Theorem 2), so ``is_exact = False``.
+
+Because the error is only controlled asymptotically, each chain is checked after warm-up
+against the Laplace approximation at the full-data centre θ* (the one every step method
+shares through :class:`~pymc_subsample.estimators.target.SubsampledTarget`), and warns
+when its spread or location is far from what the data support (:func:`laplace_checks`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 from pymc.logprob.utils import ParameterValueError
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.state import dataclass_state
-from scipy import optimize
 
-from pymc_subsample.control_variates.center import find_map_theta
+from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
+from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import iss as K
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.base import SubsampleStepState, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStepState, resolve_center, warn_poor
 from pymc_subsample.subsample.summaries import make_summary
 
-__all__ = ["ISS", "ISSState", "check_refresh_rate"]
+__all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]
 
 MIN_REFRESH_RATE = 0.01  # the slides' advice: refresh subsets at least 1% of the time
 _WARN_AFTER = 500  # the refresh rate is judged every 500 post-tuning draws (warns once)
+
+# Thresholds of the Laplace checks (see laplace_checks). For tall data the posterior of the
+# unconstrained θ is Gaussian up to O(1/√N) (Bernstein–von Mises), so a chain that samples
+# it has sd ≈ the Laplace sd and mean ≈ θ*, up to Monte Carlo error and θ*'s small offset
+# from the mode. ISS instead samples a mixture over subsets U ~ ν_{n,ε} of scaled
+# sub-posteriors whose modes are spread around θ* (seed 002, Theorem 2 bounds the error only
+# through δ_{n,ε}): its variance is Var_Laplace + Var_U(mode of π̄_n(·|Y_U)).
+# * SPREAD_LIMIT = 1.5: the mixture adds more than 1.25× the posterior variance
+#   (1.5² − 1), i.e. credible intervals 50% too wide. The chain's sd ratio is compared
+#   after taking off SPREAD_MARGIN_SE = 0.5 standard errors of the log of a sample sd,
+#   1/√(2 ESS): ISS chains have ESS 5–20 at the first checkpoints. Measured on zoo GLMs
+#   (N = 20,000, summary="map", 6 seeds each, checkpoints 100–1600), the plain ratio of runs
+#   that widen by 1.1–1.3 crossed 1.5 by chance in 2 of 12 chains, with the margin in none;
+#   a margin of a full standard error also stayed silent there, but by draw 200 it flagged
+#   the spread of only 3 of the 12 chains of summary="moments" (widened 1.5–5×), against 7
+#   of 12 with 0.5 (by draw 1600: 9 and 10; the shift check flagged all 12 by draw 200).
+#   A false alarm costs a needless warning, a miss a silently wrong posterior: 0.5.
+# * SHIFT_LIMIT = 2: the chain's mean sits 2 posterior sds from θ*, where the posterior has
+#   under 5% of its mass beyond; a right sampler's running mean gets there only with an ESS
+#   of ~1 (a chain that has not moved, also worth a warning), so no Monte Carlo allowance.
+#   The old default (summary="moments") crossed it by draw 200 in 12 of 12 chains.
+SPREAD_LIMIT = 1.5
+SPREAD_MARGIN_SE = 0.5
+SHIFT_LIMIT = 2.0
 
 
 @dataclass_state
@@ -42,7 +73,6 @@ class ISSState(SubsampleStepState):
     batch: tuple | None = None
     subset_sum: np.ndarray | None = None
     summary_value: np.ndarray | None = None
-    summary_warm: np.ndarray | None = None
     delta_sq: float = 0.0
     log_epsilon: float = 0.0
     log_scale: float = 0.0
@@ -54,6 +84,8 @@ class ISSState(SubsampleStepState):
     n_refresh: int = 0
     n_phase_iter: int = 0
     warned: bool = False
+    # the post-warm-up Laplace checks of this chain (a RunMonitor, built at the first draw)
+    monitor: object = None
 
 
 class ISS(ArrayStepShared):
@@ -70,21 +102,45 @@ class ISS(ArrayStepShared):
         (uniform) subset and tunes log ε by Robbins–Monro during tuning so the subset
         refresh rate approaches ``target_refresh``; it is fixed afterwards. ε = 0 gives
         uniform subsets (every swap is accepted).
-    summary : "moments", "map" or callable
+    summary : "map", "moments" or callable
         The summary statistics S, see :mod:`pymc_subsample.subsample.summaries`:
-        "moments" uses the sum form Δ = S(Y) − (N/n) S(Y_U) of standardised column
-        moments (updated in O(swap_size) per proposal); "map" and a callable use the
-        mean form Δ = S(Y) − S(Y_U) (recomputed on the n rows of each proposed subset).
+        "map" (default) is the mode of the scaled sub-posterior, the slides' recommended
+        S ("Choice of summary statistics", item 3), standardised so Δ is the offset of a
+        subset's sub-posterior mode from θ* in posterior sds; "moments" uses the sum form
+        Δ = S(Y) − (N/n) S(Y_U) of standardised column moments (updated in O(swap_size)
+        per proposal). "map" and a callable use the mean form Δ = S(Y) − S(Y_U),
+        recomputed on the n rows of each proposed subset, taken in row-index order so
+        that Δ is a function of the subset alone. Why "map" is the default: on zoo GLMs
+        (linear and Poisson, N = 50,000, 1 chain of 300 + 300 or 3000 + 1000) the former
+        default ("moments", swap n // 100) left means 2.3–8.2 posterior sds from
+        full-data NUTS and largest sd ratios of 2.4–6.5, with bulk ESS 1–10; the defaults
+        ("map", swap 1) kept means within 0.30 sd and sds within 0.86–1.29×, with ESS
+        141–190 in 3000 draws, for 2–3.5× the time per iteration
+        (benchmarks/README_iss.md).
     swap_size : int, optional
-        Rows exchanged per subset proposal; default max(1, n // 100).
+        Rows exchanged per subset proposal; default 1 (see ``kernels.iss.resolve_swap_size``:
+        at a given refresh rate a swap of r rows lets ε be only ~1/r as large, and widens
+        the θ-marginal accordingly).
     inner : {"mh", "hmc", "nuts"}
         θ update. "mh": random-walk MH whose proposal covariance is the Laplace
-        covariance of a scaled sub-posterior (scale tuned to ``target_accept``).
+        covariance at θ* (scale tuned to ``target_accept``; a scaled sub-posterior has
+        the scale of π(θ|Y) because of its N/n power).
         "hmc" (alias "nuts"): HMC with ``n_leapfrog`` jittered leapfrog steps, the same
         Laplace covariance as inverse mass matrix and a dual-averaged step size; it is
         *not* PyMC's NUTS tree (documented simplification).
     model : pm.Model or TallModel, optional
         A ``TallModel`` is used as is, so several ISS steps share compiled functions.
+    center : dict, array or None
+        θ*, the full-data centre: a point, a flat unconstrained vector, or None for the
+        default of every step method (``resolve_center``: MAP of a 20,000-row subset and
+        one full-data Newton step). With the Laplace precision P at θ* (one chunked pass)
+        it gives the θ proposal's shape P⁻¹, the "map" summary's S(Y) and its
+        standardisation, and the reference of the post-warm-up Laplace checks.
+    init_at_center : bool, default True
+        Start each chain's θ at θ* instead of PyMC's initial point, as SubsampleMH does:
+        from the initial point (often hundreds of posterior sds away for tall data) the
+        random-walk θ update spent most of a 300-iteration warm-up travelling, and its
+        post-warm-up ESS on a 4,000-row linear model was 0.8% of the draws.
     target_refresh : float in (0, 1]
         Subset refresh rate aimed at by ``epsilon="auto"`` (default 0.05; the slides ask
         for at least 0.01).
@@ -99,13 +155,25 @@ class ISS(ArrayStepShared):
 
     Notes
     -----
+    Diagnostics (warnings; they never stop the run):
+
+    * ESS: once per chain when the bulk ESS after warm-up is below 1% of the draws, at
+      100, 200, 400, … draws (the check every step method runs);
+    * refresh rate: once per chain when the subset refresh rate after tuning is below 1%
+      at a multiple of 500 draws, or, for a fixed ε, at the end of ≥ 500 tuning
+      iterations (see also :func:`check_refresh_rate` on the result);
+    * Laplace checks (:func:`laplace_checks`): at 100, 200, 400, … draws after warm-up,
+      once per chain and check, when a coordinate's sd exceeds 1.5× its Laplace sd at θ*
+      by more than its Monte Carlo error, or its mean is more than 2 Laplace sds from θ*.
+      ISS widens the marginals (seed 002, Theorem 2 bounds its error only through
+      δ_{n,ε}); these say when by much. They assume the unconstrained posterior is close
+      to Gaussian, as it is for tall data.
+
     Stats: ``subset_accept`` (acceptance probability of the subset proposal),
     ``refresh_rate`` (fraction of accepted subset swaps so far in the current phase;
     reset when tuning stops), ``delta_norm`` (‖Δ_n(U)‖), ``epsilon``,
     ``n_loglik_evals`` (per-row likelihood evaluations this draw), ``acceptance_rate``,
-    ``step_size`` and ``diverging``. A warning is raised (once per chain) when the refresh
-    rate after tuning is below 1% at a multiple of 500 draws, or, for a fixed ε, at the
-    end of ≥ 500 tuning iterations (see also :func:`check_refresh_rate` on the result).
+    ``step_size`` and ``diverging``.
     """
 
     name = "iss"
@@ -123,9 +191,10 @@ class ISS(ArrayStepShared):
         "tune": (bool, []),
     }
 
-    def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="moments",
-                 swap_size=None, inner="mh", model=None, target_refresh=0.05, target_accept=None,
-                 n_leapfrog=8, chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None):
+    def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
+                 swap_size=None, inner="mh", model=None, center=None, init_at_center=True,
+                 target_refresh=0.05, target_accept=None, n_leapfrog=8, chunk_size=DEFAULT_CHUNK_SIZE,
+                 rng=None, initial_point=None):
         if isinstance(model, TallModel):
             tall = model  # reuse its compiled functions (several ISS runs on one model)
         else:
@@ -143,15 +212,18 @@ class ISS(ArrayStepShared):
         if isinstance(n_leapfrog, bool) or not isinstance(n_leapfrog, (int, np.integer)) or n_leapfrog < 1:
             raise ValueError(f"n_leapfrog must be a positive integer; got {n_leapfrog!r}.")
         self.n_leapfrog = int(n_leapfrog)
+        self.init_at_center = bool(init_at_center)
+        if not (callable(summary) or (isinstance(summary, str) and summary in ("moments", "map"))):
+            make_summary(summary, tall)  # its ValueError, before the set-up passes
         self.scale = tall.n_rows / self.n  # the N/n power of the scaled sub-posterior
-        full_map = full_hess = None
-        if isinstance(summary, str) and summary == "map":
-            full_map, _ = find_map_theta(tall, chunk_size=chunk_size)
-            _, _, h = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, full_map, chunk_size=chunk_size)
-            full_hess = h + tall.prior_hessian(full_map)
+        # one target, as in every step method: θ* and the Laplace precision P at θ*
+        self.target = SubsampledTarget(tall, resolve_center(tall, center, chunk_size), 2,
+                                       chunk_size=chunk_size)
+        precision, self.laplace_ok = self._laplace_precision()
+        self.laplace_sd = np.sqrt(np.clip(np.diag(np.linalg.pinv(precision)), 1e-300, None))
         self.summary = make_summary(summary, tall, chunk_size=chunk_size,
-                                    full_map=full_map, full_hessian=full_hess)
-        self.chol = self._laplace_chol()
+                                    full_map=self.target.center, full_hessian=-precision)
+        self.chol = _laplace_chol(precision)
         self.tune = True
         self._init_state_fields()
         super().__init__(tall.value_vars, shared={}, rng=rng)
@@ -162,37 +234,19 @@ class ISS(ArrayStepShared):
             if name not in ("tune", "var_names", "rng"):
                 setattr(self, name, value.default)
 
-    def _laplace_chol(self):
-        """Cholesky factor of the Laplace covariance of the scaled sub-posterior of a
-        fixed-seed subset (the proposal / inverse-mass shape; same scale as π(θ|Y)).
+    def _laplace_precision(self):
+        """P from the shared target, and whether it is a Laplace precision at all.
 
-        L-BFGS on the n rows, then a central-difference Hessian of the gradient: 2d
-        gradient calls, and no compilation of the per-row Hessian graph (seconds).
+        ``laplace_precision`` falls back to the identity, with its own warning, when the
+        Hessian at θ* is not negative definite; the Laplace checks are then skipped.
         """
-        tall = self.tall
-        idx = np.sort(np.random.default_rng(0).choice(tall.n_rows, size=self.n, replace=False))
-        batch = tall.gather(idx)
-
-        def neg(theta):
-            lp, g = self._logp_grad(theta, batch)
-            return (-lp, -g) if np.isfinite(lp) else (np.inf, np.zeros_like(theta))
-
-        theta = optimize.minimize(neg, tall.initial_theta, jac=True, method="L-BFGS-B",
-                                  options={"maxiter": 500}).x
-        d = tall.ndim
-        hess = np.empty((d, d))
-        for i in range(d):
-            h = 1e-5 * max(1.0, abs(theta[i]))
-            e = np.zeros(d)
-            e[i] = h
-            hess[i] = (neg(theta + e)[1] - neg(theta - e)[1]) / (2 * h)
-        hess = 0.5 * (hess + hess.T)  # = −∇² log π̄_n, symmetrised
-        try:
-            return np.linalg.cholesky(np.linalg.inv(hess))
-        except np.linalg.LinAlgError:
-            # not locally concave (or singular): fall back to a diagonal guess
-            diag = np.abs(np.diag(hess))
-            return np.diag(1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            precision = self.target.laplace_precision()
+        for w in caught:  # the user still sees the target's warning
+            warnings.warn(w.message, w.category, stacklevel=3)
+        fallback = any("not negative definite" in str(w.message) for w in caught)
+        return precision, not fallback
 
     def _init_chain(self):
         """Draw U₀ uniformly with this chain's rng, gather its rows and its summary."""
@@ -214,9 +268,20 @@ class ISS(ArrayStepShared):
             self.subset_sum = S.row_stats(self.batch).sum(axis=0)
             delta = S.delta(self.subset_sum, self.n)
         else:
-            self.summary_value, self.summary_warm = S.value(self.batch, self.summary_warm)
+            self.summary_value, _ = self._summary_of(self.subset, self.batch)
             delta = S.delta(self.summary_value)
         self.delta_sq = float(delta @ delta)
+
+    def _summary_of(self, subset, batch):
+        """S(Y_U) of a non-incremental summary on the rows of U in row-index order.
+
+        The batch holds U's rows in the order the swaps left them; sorting makes S, and so
+        Δ_n(U), a function of the set U alone, to the last bit (floating-point sums depend
+        on order), as the subset acceptance ratio of seed 002's ISS-MCMC needs. O(n log n),
+        small beside the n-row passes of the summary itself.
+        """
+        order = np.argsort(subset, kind="stable")
+        return self.summary.value(tuple(a[order] for a in batch))
 
     # ----------------------------------------------------------------- targets
     # A proposal outside the support (e.g. a scale that underflows to 0) raises PyMC's
@@ -228,10 +293,10 @@ class ISS(ArrayStepShared):
         except ParameterValueError:
             return -np.inf
 
-    def _logp_grad(self, theta, batch=None):
+    def _logp_grad(self, theta):
         try:
             lp, dlp = self.tall.prior_value_and_grad(theta)
-            ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch if batch is None else batch)
+            ll, dll = self.tall.loglik_sum_value_and_grad(theta, self.batch)
         except ParameterValueError:
             return -np.inf, np.zeros_like(theta)
         return float(lp) + self.scale * float(ll), dlp + self.scale * dll
@@ -251,9 +316,11 @@ class ISS(ArrayStepShared):
             cand = tuple(a.copy() for a in self.batch)
             for a, r in zip(cand, new_rows, strict=True):
                 a[pos] = r
-            value, warm = S.value(cand, self.summary_warm)
+            cand_subset = self.subset.copy()
+            cand_subset[pos] = rows
+            value, passes = self._summary_of(cand_subset, cand)
             new_delta = S.delta(value)
-            evals = n * getattr(S, "newton_steps", 0)
+            evals = n * passes
         new_dsq = float(new_delta @ new_delta)
         eps = math.exp(self.log_epsilon) if np.isfinite(self.log_epsilon) else 0.0
         log_a = K.subset_log_accept(eps, self.delta_sq, new_dsq)
@@ -269,14 +336,16 @@ class ISS(ArrayStepShared):
                     a[pos] = r
                 self.subset_sum = new_sum
             else:
-                self.batch, self.summary_value, self.summary_warm = cand, value, warm
+                self.batch, self.summary_value = cand, value
             self.delta_sq = new_dsq
         return accepted, prob, K.stationary_refresh_signal(prob, old_dsq, new_dsq), evals
 
     def astep(self, q0):
+        theta = np.asarray(q0.data, dtype=float)
         if self.subset is None:
             self._init_chain()
-        theta = np.asarray(q0.data, dtype=float)
+            if self.init_at_center:
+                theta = self.target.center.copy()
         evals = 0
         refreshed, prob_u = False, 0.0
         if self.swap_size > 0:
@@ -324,7 +393,24 @@ class ISS(ArrayStepShared):
             "n_loglik_evals": int(evals), "acceptance_rate": float(acc), "step_size": float(step),
             "diverging": bool(diverging), "tune": bool(self.tune),
         }
+        if not self.tune:
+            # post-warm-up draws only: tuning draws carry the transient from the initial point
+            if self.monitor is None:
+                self.monitor = RunMonitor(self.run_checks())
+            self.monitor.record(theta, stats)
         return q0.__class__(theta, q0.point_map_info), [stats]
+
+    def run_checks(self) -> list[RunCheck]:
+        """The post-warm-up checks of this step.
+
+        The ESS check every step method runs, and the Laplace checks when P is usable.
+        """
+        checks = [ess_check("ISS", "The θ chain follows the slow subset chain: run more draws (ISS "
+                                   "iterations are cheap), compare several chains, and keep swap_size=1.")]
+        if self.laplace_ok:
+            checks += laplace_checks(self.target.center, self.laplace_sd, summary_kind=self.summary.kind,
+                                     swap_size=self.swap_size)
+        return checks
 
     # ------------------------------------------------------------- diagnostics
     def _maybe_warn(self, rate):
@@ -363,6 +449,143 @@ class ISS(ArrayStepShared):
     def competence(var, has_grad):
         """Never chosen automatically: ISS changes the target, so it is opt-in."""
         return Competence.INCOMPATIBLE
+
+
+def _laplace_chol(precision):
+    """Cholesky factor of the Laplace covariance P⁻¹ at θ*: the θ proposal's (or inverse
+    mass matrix's) shape. Every scaled sub-posterior π̄_n(θ|Y_U) has the scale of π(θ|Y)
+    (its power N/n), so P⁻¹ is its shape too, up to O(1/√n).
+    """
+    try:
+        return np.linalg.cholesky(np.linalg.inv(precision))
+    except np.linalg.LinAlgError:
+        diag = np.abs(np.diag(precision))  # singular: a diagonal guess
+        return np.diag(1.0 / np.sqrt(np.where(diag > 0, diag, 1.0)))
+
+
+def laplace_discrepancy(thetas, center, laplace_sd):
+    """How far a chain is from the Laplace approximation N(θ*, P⁻¹), per coordinate.
+
+    Parameters
+    ----------
+    thetas : array, shape (draws, d)
+        The chain's unconstrained draws.
+    center : array, shape (d,)
+        θ*, the full-data centre.
+    laplace_sd : array, shape (d,)
+        √diag(P⁻¹), the Laplace standard deviations at θ*.
+
+    Returns
+    -------
+    spread : float
+        max_j sd_j(chain) / laplace_sd_j.
+    spread_lower : float
+        max_j of the same ratio times exp(−SPREAD_MARGIN_SE/√(2 ESS_j)): the ratio less half
+        a standard error on the log scale, since the log of a sample sd has standard error
+        ≈ 1/√(2 ESS) (ESS: ArviZ's bulk ESS of coordinate j). ISS chains are sticky (ESS
+        5–20 in the first 100–200 draws), so the plain ratio of a run that widens by 1.2–1.3
+        reaches 1.5 by chance.
+    shift : float
+        max_j |mean_j(chain) − θ*_j| / laplace_sd_j.
+
+    All three are NaN when there are fewer than 2 draws or nothing is finite; a NaN never
+    fails a check (a diagnostic must not break the run).
+    """
+    nan = float("nan")
+    with np.errstate(all="ignore"):
+        thetas = np.asarray(thetas, dtype=float)
+        if thetas.ndim != 2 or thetas.shape[0] < 2:
+            return nan, nan, nan
+        sd = np.asarray(laplace_sd, dtype=float)
+        ratio = thetas.std(axis=0, ddof=1) / sd
+        shift = np.abs(thetas.mean(axis=0) - np.asarray(center, dtype=float)) / sd
+        ess = np.array([_ess(thetas[:, j]) for j in range(thetas.shape[1])])
+        lower = ratio * np.exp(-SPREAD_MARGIN_SE / np.sqrt(2.0 * ess))
+
+    def largest(x):
+        x = x[np.isfinite(x)]
+        return float(x.max()) if x.size else nan
+
+    return largest(ratio), largest(lower), largest(shift)
+
+
+def _ess(x) -> float:
+    """Bulk ESS of one coordinate, at least 1 (ArviZ gives NaN or n for a constant chain)."""
+    try:
+        value = float(az.ess(np.asarray(x, dtype=float)[None, :]))
+    except (ValueError, FloatingPointError):
+        value = float("nan")
+    return max(1.0, value) if np.isfinite(value) else 1.0
+
+
+def _remedy(summary_kind=None, swap_size=None):
+    """What to change, for the message of the Laplace checks (no advice to use what is used)."""
+    better = "" if summary_kind == "map" else ", the sub-posterior mode as summary (summary='map')"
+    swap = ", swap_size=1" if swap_size is not None and swap_size > 1 else ""
+    return (
+        "ISS samples a mixture of scaled sub-posteriors over the subsets it keeps (seed 002, "
+        "Theorem 2: the error is controlled by ε and n only asymptotically). Use a larger "
+        f"subset_size{better}{swap}, or a smaller target_refresh (a larger ε); or an estimator-based "
+        "subsampler, pms.HMCECS or pms.SubsampleMH, whose accuracy does not rest on finding "
+        "representative subsets. (The reference N(θ*, P⁻¹) assumes the unconstrained posterior "
+        "is close to Gaussian, as it is for tall data.)"
+    )
+
+
+def laplace_checks(center, laplace_sd, spread_limit=SPREAD_LIMIT, shift_limit=SHIFT_LIMIT,
+                   summary_kind=None, swap_size=None):
+    """Post-warm-up checks of an ISS chain against the Laplace approximation at θ*.
+
+    Two :class:`~pymc_subsample.diagnostics.run_checks.RunCheck` s, run by a
+    ``RunMonitor`` at 100, 200, 400, … draws after warm-up on all draws so far, each
+    warning at most once per chain (the thresholds are explained at ``SPREAD_LIMIT``):
+
+    * ``laplace_spread``: some coordinate's sd exceeds ``spread_limit`` × its Laplace sd
+      by more than half a Monte Carlo standard error (``spread_lower`` of
+      :func:`laplace_discrepancy`);
+    * ``laplace_shift``: some coordinate's mean is more than ``shift_limit`` Laplace sds
+      from θ*.
+
+    Parameters
+    ----------
+    center, laplace_sd : array, shape (d,)
+        θ* and √diag(P⁻¹) (see :func:`laplace_discrepancy`).
+    spread_limit, shift_limit : float
+    summary_kind : str, optional
+        The ISS summary in use ("map", "moments", "callable"): the message does not
+        suggest the one already used.
+    swap_size : int, optional
+        The ISS swap size in use: above 1 the message suggests 1.
+
+    Returns
+    -------
+    list of RunCheck
+    """
+    center = np.asarray(center, dtype=float).copy()
+    laplace_sd = np.asarray(laplace_sd, dtype=float).copy()
+
+    def spread(thetas, stats):
+        return laplace_discrepancy(thetas, center, laplace_sd)[1]  # less half a standard error
+
+    def shift(thetas, stats):
+        return laplace_discrepancy(thetas, center, laplace_sd)[2]
+
+    return [
+        RunCheck(
+            "laplace_spread", spread, lambda v: bool(np.isfinite(v) and v > spread_limit),
+            f"ISS: after {{draws}} draws the chain's standard deviation is at least {{value:.2f}} "
+            f"times the Laplace standard deviation at the full-data centre θ* in some coordinate "
+            f"(allowing for Monte Carlo error; warning above {spread_limit:g}): the "
+            f"marginals are much wider than the data support. " + _remedy(summary_kind, swap_size),
+        ),
+        RunCheck(
+            "laplace_shift", shift, lambda v: bool(np.isfinite(v) and v > shift_limit),
+            f"ISS: after {{draws}} draws the chain's mean is {{value:.2f}} Laplace standard "
+            f"deviations from the full-data centre θ* in some coordinate (warning above "
+            f"{shift_limit:g}): the subsets it keeps are centred away from the full-data "
+            f"posterior, or the chain has hardly moved. " + _remedy(summary_kind, swap_size),
+        ),
+    ]
 
 
 def _refresh_message(rate, iters, when="after tuning"):
