@@ -123,6 +123,14 @@ def _whitening(step, matrix):
     return sg_tuning.Whitening(step.target.center, _precision(step, matrix))
 
 
+def _gradient_noise(step):
+    """Noise s (:func:`~pymc_subsample.kernels.sg_tuning.whitened_gradient_noise`) of a step's estimator."""
+    table = step.estimator.new_table() if step.estimator.uses_table else None
+    rng = np.random.default_rng(0)  # set-up is deterministic: every chain gets the same ε
+    return sg_tuning.whitened_gradient_noise(
+        lambda theta: step.estimator(rng, theta, table, 0.1)[1], step.whitening, rng)
+
+
 def _start(step, theta):
     """The chain's first θ: a Laplace draw around θ* (θ* itself without whitening), once per chain."""
     if step.init_at_center and not step.started:
@@ -200,8 +208,8 @@ class SGLD(_SGChecks, SubsampleStep):
                  strong_convexity=None, **kwargs):
         auto = step_size is None and schedule is None
         self._eps = None if auto else _schedule(step_size, schedule)
-        thin = thin if thin is not None else (None if auto else 1)
-        self.thin = None if thin is None else _positive(thin, "thin", integer=True)
+        # thin=None: ⌈1/ε⌉ once the default ε is known, else 1
+        self.thin = _positive(thin, "thin", integer=True) if thin is not None else (None if auto else 1)
         self.noise_adjust, self.init_at_center = bool(noise_adjust), bool(init_at_center)
         _check_gradient(gradient)  # before the (costly) centre and proxy
         super().__init__(vars, **kwargs)
@@ -211,18 +219,12 @@ class SGLD(_SGChecks, SubsampleStep):
             preconditioner = "laplace" if auto else None
         self.whitening = _whitening(self, preconditioner)
         if auto:
-            eps = sg_tuning.langevin_step_size(self._gradient_noise())
+            eps = sg_tuning.langevin_step_size(_gradient_noise(self))
             self._eps = lambda t: eps
             self.thin = self.thin or min(50, math.ceil(1.0 / eps))
         self.iteration, self.saga, self.started = 0, None, False
         self.noise_warned, self.diverge_warned = False, False
 
-    def _gradient_noise(self):
-        """Noise s (:func:`~pymc_subsample.kernels.sg_tuning.whitened_gradient_noise`) of this estimator."""
-        table = self.estimator.new_table() if self.estimator.uses_table else None
-        rng = np.random.default_rng(0)  # set-up is deterministic: every chain gets the same ε
-        return sg_tuning.whitened_gradient_noise(
-            lambda theta: self.estimator(rng, theta, table, 0.1)[1], self.whitening, rng)
 
     def astep(self, q0):
         theta = _start(self, np.asarray(q0.data, dtype=float).copy())
@@ -333,10 +335,7 @@ class SGHMC(_SGChecks, SubsampleStep):
         self.whitening = _whitening(self, "laplace" if whiten else None)
         self.mass_inv = None if mass is None else np.linalg.inv(mass)
         if auto:
-            rng = np.random.default_rng(0)  # deterministic set-up: every chain gets the same ε
-            noise = sg_tuning.whitened_gradient_noise(lambda th: self.estimator(rng, th)[1],
-                                                      self.whitening, rng)
-            self.step_size = sg_tuning.sghmc_step_size(noise, self.friction)
+            self.step_size = sg_tuning.sghmc_step_size(_gradient_noise(self), self.friction)
         # εL = π/2: on N(0, I) with unit mass and no friction, a trajectory of length π/2 maps
         # θ to the freshly drawn momentum, an independent draw (seed 004 uses εL ≈ 1.2)
         self.num_steps = self.num_steps or max(1, math.ceil(0.5 * math.pi / self.step_size))
