@@ -161,7 +161,7 @@ def main():
         configs = [(name, kw) for name, kw in configs if any(o in name for o in args.only)]
     for name, kw in configs:
         t0 = time.perf_counter()
-        step = ISS(model=tall, **kw)
+        step = ISS(model=tall, **{"thin": 1, **kw})  # one iteration per draw unless a config says
         setup = time.perf_counter() - t0
         row, d = run(name, model, step, args.draws, args.tune, args.chains, ref, nuts)
         row["setup_s"] = setup
@@ -175,7 +175,7 @@ def main():
     if SubsampleMH is not None and not args.only:
         t0 = time.perf_counter()
         with model:
-            step = SubsampleMH(test="pseudo-marginal", subsample_size=1000)
+            step = SubsampleMH(test="pseudo-marginal", subsample_size=1000, thin=1)
         setup = time.perf_counter() - t0
         row, d = run("SubsampleMH pseudo-marginal m=1000", model, step, args.mh_draws, args.mh_draws // 2,
                      1, ref, nuts)
@@ -250,7 +250,7 @@ def glm_main(args):
             for seed in args.seeds:
                 t0 = time.perf_counter()
                 with model:
-                    step = ISS(**kw(n))
+                    step = ISS(**{"thin": 1, **kw(n)})
                 setup = time.perf_counter() - t0
                 with warnings.catch_warnings(record=True) as record:
                     warnings.simplefilter("always")

@@ -108,7 +108,7 @@ def mnist_costs(data, iters):
                  if rule == "per-look" else contextlib.nullcontext())
         with model, patch, warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # Barker at δ = 0.01 warns it reads all rows
-            step = SubsampleMH(test=test, proposal="random-walk", scale=0.1, adapt_scale=False,
+            step = SubsampleMH(test=test, proposal="random-walk", scale=0.1, adapt_scale=False, thin=1,
                                error=error, center=center, subsample_size=batch)
             start = time.perf_counter()
             idata = pm.sample(step=step, draws=iters, tune=0, chains=1, random_seed=1, progressbar=False,

@@ -57,7 +57,8 @@ def reference(model, draws, seed=0):
 
 
 def run(model, test, iters, center, X, batch, bound=None, seed=1):
-    kwargs = dict(test=test, proposal="random-walk", scale=0.1, adapt_scale=False, error=0.01,
+    # thin=1: one move per draw, the seeds' chain (the default thin is 2d moves per draw)
+    kwargs = dict(test=test, proposal="random-walk", scale=0.1, adapt_scale=False, error=0.01, thin=1,
                   center=center, subsample_size=batch)
     if bound == "logistic":  # rigorous GLM bound (valid: θ is exactly the coefficient vector)
         kwargs["range_bound"] = logistic_range_bound(X, center)

@@ -28,7 +28,7 @@ def _reference(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method, name", [("SGLD", "logistic"), ("SGHMC", "poisson_offset"),
-                                          ("SGFS", "linear")])
+                                          ("SGFS", "linear"), ("SubsampleMH", "linear")])
 def test_defaults_agree_with_full_data_nuts(method, name):
     model = build(name, N)
     with model:

@@ -1,6 +1,7 @@
 """HMCECS: known posteriors (MCSE-scaled), reduction to HMC, real data, PyMC integration."""
 
 import json
+import warnings
 
 import arviz as az
 import numpy as np
@@ -199,6 +200,20 @@ def test_subsample_size_auto_targets_variance(small_logistic):
     step.rng = rng
     variances = [step.potential.estimate(t, step._draw_subsample()).loglik_var for t in thetas]
     assert 0.3 < np.quantile(variances, 0.9) < 3.0
+
+
+def test_subsample_size_auto_warns_when_it_needs_most_rows():
+    # an order-0 proxy on 400 rows: σ̂² ≈ 1 needs m ≈ N, so subsampling cannot pay off
+    X, y = logistic_data(n=400, d=2)
+    with logistic_model(X, y):
+        with pytest.warns(UserWarning, match=r"chose m = \d+ of N = 400 rows.*order-0 Taylor proxy.*"
+                                             r"full-data NUTS \(pm.sample\(\) without step=\)"):
+            step = pms.HMCECS(subsample_size="auto", proxy_order=0, rng=0)
+    assert step.subsample_size >= 100
+    # with the order-2 proxy the same model needs few rows, and "auto" stays silent
+    with logistic_model(X, y), warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert pms.HMCECS(subsample_size="auto", rng=0).subsample_size < 100
 
 
 def test_sampling_run_with_tiny_subsample_warns(small_logistic):

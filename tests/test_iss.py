@@ -141,7 +141,7 @@ def test_stationary_refresh_signal_is_unbiased_on_a_toy_chain():
 def test_incremental_sums_match_recomputed():
     X, y = logistic_data(n=3000, d=2)
     with logistic_model(X, y):
-        step = ISS(subset_size=200, epsilon="auto", swap_size=3, summary="moments")
+        step = ISS(thin=1, subset_size=200, epsilon="auto", swap_size=3, summary="moments")
     _sample(step, draws=300, tune=300, chains=1)
     S = step.summary
     assert np.allclose(step.subset_sum, S.row_stats(step.batch).sum(axis=0), atol=1e-8)
@@ -165,7 +165,7 @@ def test_bernoulli_error_shrinks_as_epsilon_grows(n):
     unit2 = 2 * (N / (n * y.std())) ** 2
     errs = []
     for c in [0.0, 0.1, 1.0, 10.0]:
-        step = ISS(model=tall, subset_size=n, epsilon=c / unit2, summary="moments")
+        step = ISS(thin=1, model=tall, subset_size=n, epsilon=c / unit2, summary="moments")
         idata = _sample(step, draws=4000, tune=1000)
         err, mcse, m, s = gaussian_w2(idata.posterior["p"], mean, sd)
         errs.append((err, mcse))
@@ -184,7 +184,7 @@ def test_bernoulli_auto_epsilon_and_hmc_match_beta():
     mean, sd = a / (a + b), np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1)))
     tall = TallModel(model)
     for inner in ["mh", "nuts"]:
-        step = ISS(model=tall, subset_size=1000, inner=inner, summary="moments")
+        step = ISS(thin=1, model=tall, subset_size=1000, inner=inner, summary="moments")
         idata = _sample(step, draws=2000, tune=1000)
         err, mcse, m, s = gaussian_w2(idata.posterior["p"], mean, sd)
         rate = idata.sample_stats["refresh_rate"].values[:, -1]
@@ -198,7 +198,7 @@ def test_bernoulli_auto_epsilon_and_hmc_match_beta():
 def _ar2_run(N, n, epsilon, summary=yule_walker, draws=2000):
     X, y = simulate_ar2(N)
     ref_mean, ref_sd = ar2_sigma_reference(X, y)
-    step = ISS(model=ar2_model(X, y), subset_size=n, epsilon=epsilon, summary=summary)
+    step = ISS(thin=1, model=ar2_model(X, y), subset_size=n, epsilon=epsilon, summary=summary)
     idata = _sample(step, draws=draws, tune=1000)
     err, mcse, m, s = gaussian_w2(idata.posterior["sigma"], ref_mean, ref_sd)
     print(f"AR(2) N={N} n={n} eps={epsilon}: sigma {m:.5f} sd {s:.5f} vs exact {ref_mean:.5f} "
@@ -219,7 +219,7 @@ def test_ar2_hmc_from_a_far_initial_point_rejects_out_of_support_proposals():
     # σ starts ~4x too large: early leapfrog paths overshoot to σ = 0, which must be
     # rejected as a divergence, not raise PyMC's ParameterValueError
     X, y = simulate_ar2(20_000)
-    step = ISS(model=ar2_model(X, y), subset_size=200, summary=yule_walker, inner="hmc",
+    step = ISS(thin=1, model=ar2_model(X, y), subset_size=200, summary=yule_walker, inner="hmc",
                init_at_center=False)
     idata = _sample(step, draws=300, tune=300, chains=1)
     sigma = idata.posterior["sigma"].values
@@ -238,7 +238,7 @@ def test_ar2_million_rows(n):
 def test_epsilon_zero_gives_uniform_subsets():
     model, y = bernoulli()
     N, n = len(y), 100
-    step = ISS(model=model, subset_size=n, epsilon=0.0, summary="moments")
+    step = ISS(thin=1, model=model, subset_size=n, epsilon=0.0, summary="moments")
     idata = _sample(step, draws=3000, tune=0, chains=1)
     ss = idata.sample_stats
     assert np.all(ss["subset_accept"].values == 1.0)
@@ -252,8 +252,8 @@ def test_epsilon_zero_gives_uniform_subsets():
 def test_chains_reset_and_seed_reproducible():
     model, _ = bernoulli(N=2000)
     tall = TallModel(model)
-    a = _sample(ISS(model=tall, subset_size=50), draws=200, tune=200, chains=2, seed=5)
-    b = _sample(ISS(model=tall, subset_size=50), draws=200, tune=200, chains=2, seed=5)
+    a = _sample(ISS(thin=1, model=tall, subset_size=50), draws=200, tune=200, chains=2, seed=5)
+    b = _sample(ISS(thin=1, model=tall, subset_size=50), draws=200, tune=200, chains=2, seed=5)
     assert np.array_equal(a.posterior["p"].values, b.posterior["p"].values)
     eps = a.sample_stats["epsilon"].values
     assert eps[0, 0] != eps[1, 0]  # each chain tunes its own ε from its own U₀
@@ -262,7 +262,7 @@ def test_chains_reset_and_seed_reproducible():
 def test_map_summary_runs_and_counts_newton_evaluations():
     X, y = logistic_data(n=2000, d=2)
     with logistic_model(X, y):
-        step = ISS(subset_size=100, summary="map", swap_size=2)
+        step = ISS(thin=1, subset_size=100, summary="map", swap_size=2)
     idata = _sample(step, draws=300, tune=300, chains=1)
     assert np.all(np.isfinite(idata.posterior["beta"].values))
     assert idata.sample_stats["n_loglik_evals"].values.min() >= 3 * 100
@@ -290,7 +290,7 @@ def test_map_summary_is_a_function_of_the_subset_alone(monkeypatch):
     # modes are ~10 sds apart, so a start at the current subset's mode changes the result.
     X, y = logistic_data(n=3000, d=3, seed=4)
     with logistic_model(X, y):
-        step = ISS(subset_size=30, summary="map", epsilon=0.0, rng=0)
+        step = ISS(thin=1, subset_size=30, summary="map", epsilon=0.0, rng=0)
     step._init_chain()
     rng = np.random.default_rng(3)
     target = rng.choice(3000, size=30, replace=False)  # U', in no particular order
@@ -374,11 +374,11 @@ def test_laplace_check_in_pm_sample_fires_on_uniform_subsets_only():
     model = build("linear", 4000)
     tall = TallModel(model)
     with pytest.warns(UserWarning) as record:
-        pm.sample(step=ISS(model=tall, subset_size=100, epsilon=0.0, summary="moments"), draws=200,
+        pm.sample(step=ISS(thin=1, model=tall, subset_size=100, epsilon=0.0, summary="moments"), draws=200,
                   tune=200, chains=1,
                   random_seed=1, model=model, **SAMPLE)
     assert any("the chain's standard deviation is at least" in str(r.message) for r in record)
-    step = ISS(model=tall, subset_size=4000)
+    step = ISS(thin=1, model=tall, subset_size=4000)
     assert step.swap_size == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -399,14 +399,14 @@ def _nuts_reference(name):
     return _NUTS[name]
 
 
-def _iss_against_nuts(name, **kwargs):
+def _iss_against_nuts(name, draws=5000, tune=500, **kwargs):
     """ISS(**kwargs) on a zoo GLM (X and y as pm.Data): agreement with NUTS and the Laplace warnings."""
     model = build(name, ZOO_N)
     with model:
         step = pms.ISS(**kwargs)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        idata = pm.sample(step=step, draws=5000, tune=500, chains=1, random_seed=3, model=model, **SAMPLE)
+        idata = pm.sample(step=step, draws=draws, tune=tune, chains=1, random_seed=3, model=model, **SAMPLE)
     laplace = [str(r.message) for r in record if "Laplace standard deviation" in str(r.message)]
     result = agreement(idata, _nuts_reference(name), [rv.name for rv in model.free_RVs])
     print(name, kwargs, {k: (round(r["ess"]), round(r["z"], 2), round(r["shift"], 2),
@@ -427,7 +427,7 @@ def test_default_iss_agrees_with_full_data_nuts_or_warns(name):
     # issue 11: pms.ISS() with no arguments on ordinary GLMs was 3–9 sds off, silently.
     # Now it must either agree with full-data NUTS (min ESS, MCSE-scaled z, sd within ISS's
     # stated 1.5×) and stay silent, or, when far off, say so.
-    result, laplace = _iss_against_nuts(name)
+    result, laplace = _iss_against_nuts(name, draws=1000, tune=100)  # thin = 2d iterations a draw
     if _far_off(result):
         assert laplace, result
     else:
@@ -441,7 +441,7 @@ def test_moment_summary_is_far_off_on_a_glm_and_warns():
     # the old default: standardised moments of (X, log exposure, y) are not sufficient for a
     # Poisson GLM and the subset chain mixes slowly, so the ISS marginals are far off; the
     # Laplace check must say so, by message
-    result, laplace = _iss_against_nuts("poisson_offset", summary="moments")
+    result, laplace = _iss_against_nuts("poisson_offset", summary="moments", thin=1)
     assert _far_off(result), result  # the regime where the warning matters
     assert laplace, result
     assert any("subset_size" in m and "summary='map'" in m and "pms.SubsampleMH" in m for m in laplace)
@@ -452,7 +452,7 @@ def test_chains_start_at_the_centre_unless_asked_not_to():
     tall = TallModel(model)
     first = {}
     for init in [True, False]:
-        step = ISS(model=tall, summary="moments", init_at_center=init)
+        step = ISS(thin=1, model=tall, summary="moments", init_at_center=init)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             idata = pm.sample(step=step, draws=5, tune=5, chains=1, random_seed=2, model=model,
@@ -469,7 +469,7 @@ def test_warns_when_refresh_rate_is_below_one_percent():
     X, y = logistic_data(n=300, d=2)
     model = logistic_model(X, y)
     with model:
-        step = ISS(subset_size=299, epsilon=1e6, summary="moments")
+        step = ISS(thin=1, subset_size=299, epsilon=1e6, summary="moments")
     with pytest.warns(UserWarning, match="refresh rate"):
         idata = pm.sample(step=step, draws=1500, tune=0, chains=1, random_seed=2, model=model, **SAMPLE)
     with pytest.warns(UserWarning, match="refresh rate below"):
@@ -488,6 +488,7 @@ def test_warns_when_refresh_rate_is_below_one_percent():
     ({"swap_size": 1000}, "swap_size must be an integer between 1"),
     ({"inner": "gibbs"}, "inner must be 'mh', 'hmc' or 'nuts'"),
     ({"summary": "median"}, "summary must be 'moments', 'map' or a callable"),
+    ({"thin": 0}, "thin must be a positive integer"),
     ({"target_refresh": 0.0}, "target_refresh must be a number in"),
     ({"summary": lambda rows: np.ones((2, 2))}, "must return a non-empty 1-d array"),
     ({"summary": lambda rows: np.array([np.nan])}, "non-finite"),
@@ -506,17 +507,17 @@ def test_summary_with_wrong_shape_on_subsets():
 
     with model:
         with pytest.raises(ValueError, match=r"must return shape \(1,\) on a subset"):
-            step = ISS(subset_size=20, summary=summary)
+            step = ISS(thin=1, subset_size=20, summary=summary)
             pm.sample(step=step, draws=5, tune=0, chains=1, model=model, **SAMPLE)
 
 
 def test_parallel_chains_match_sequential():
     model, _ = bernoulli(N=2000)
     with model:
-        step = ISS(subset_size=50, inner="hmc")
+        step = ISS(thin=1, subset_size=50, inner="hmc")
     a = _sample(step, draws=100, tune=100, chains=2, seed=11)
     with model:
-        step = ISS(subset_size=50, inner="hmc")  # PyMC's workers keep a reused step's `tune`
+        step = ISS(thin=1, subset_size=50, inner="hmc")  # PyMC's workers keep a reused step's `tune`
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         b = pm.sample(step=step, draws=100, tune=100, chains=2, random_seed=11, model=model,

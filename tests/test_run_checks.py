@@ -111,6 +111,6 @@ def test_subsample_mh_checks_acceptance_and_variance():
     rng = np.random.default_rng(0)
     with pytest.warns(UserWarning) as record:
         for _ in range(10):
-            monitor.record(rng.standard_normal(3), {"accepted": False, "loglik_var": 9.0})
+            monitor.record(rng.standard_normal(3), {"accepted_fraction": 0.0, "loglik_var": 9.0})
     messages = " ".join(str(r.message) for r in record)
     assert "0.0% of proposals were accepted" in messages and "σ̂² averages 9" in messages

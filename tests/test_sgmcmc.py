@@ -413,14 +413,19 @@ def test_skin_sgld_cv(skin):
 @needs_data
 @pytest.mark.slow
 def test_skin_osgfs(skin):
-    model, center, ref_mean, ref_sd = skin
+    """OSGFS with its defaults (|S| = cN/(4−c) = 6,284 rows, thin = 10, start at θ*) within
+    0.2 sd of full-data NUTS on Skin Segmentation, as in seed 003's Fig. 1 (issue 11)."""
+    import arviz as az
+
+    model, _, ref_mean, ref_sd = skin
     with model:
-        # k = min(c, 4|S|/(N+|S|)) ≈ 0.08; Fisher ≠ Hessian (misspecified logistic) makes the
-        # B-G direction mix ~6x slower than 2/k, so ESS is ~60 of 8000 draws there (~30 s)
-        step = SGFS(batch_size=10_000, c=0.2, center=center)
-        idata = pm.sample(step=step, draws=8000, tune=0, chains=1, random_seed=12,
-                          initvals={"beta": center}, **SAMPLE)
+        step = SGFS()
+        # Fisher ≠ Hessian (misspecified logistic) makes the B-G direction mix slowly: measured
+        # ESS 69-84 of 2,000 draws there, 450-900 along the others (~100 s for 3,000 draws)
+        idata = pm.sample(step=step, draws=3000, tune=100, chains=1, random_seed=12, **SAMPLE)
     kept = drop_unconverged(idata)
+    ess = az.ess(kept, var_names=["beta"])["beta"].values
+    assert ess.min() >= 80, ess  # before the fixed tolerance below, which is ~2 MCSE at this ESS
     assert np.all(np.abs(_compare("OSGFS", kept, ref_mean, ref_sd)) < 0.2)
 
 

@@ -360,7 +360,7 @@ def _barker_accepts_with_logistic_probability(terms, batch, delta, reps, rng):
 def _gaussian_run(test, seed=1, **kwargs):
     model, mean, cov = gaussian_linear_model(n=2000, d=2, sigma=1.0)
     with model:
-        step = SubsampleMH(test=test, center={"beta": mean}, **kwargs)
+        step = SubsampleMH(test=test, center={"beta": mean}, thin=1, **kwargs)
         idata = pm.sample(step=step, draws=3000, tune=1000, chains=2, cores=1, random_seed=seed,
                           progressbar=False, compute_convergence_checks=False)
     draws = idata.posterior["beta"]
@@ -385,7 +385,7 @@ def test_pseudo_marginal_recovers_gaussian_posterior():
         mu = pm.Normal("mu", 0.0, 10.0)
         pm.Normal("y", mu, 1.0, observed=y)
         step = SubsampleMH(test="pseudo-marginal", subsample_size=n, num_blocks=1, proxy_order=0,
-                           center={"mu": mean})
+                           center={"mu": mean}, thin=1)
         idata = pm.sample(step=step, draws=3000, tune=1000, chains=2, cores=1, random_seed=1,
                           progressbar=False, compute_convergence_checks=False)
     stats = idata.sample_stats
@@ -423,7 +423,7 @@ def test_same_seed_same_draws_and_chains_reset():
     runs = []
     for _ in range(2):
         with logistic_model(X, y):
-            step = SubsampleMH(test="austerity", subsample_size=50)
+            step = SubsampleMH(test="austerity", subsample_size=50, thin=1)
             scale0 = float(np.exp(step.log_scale))
             idata = pm.sample(step=step, draws=50, tune=50, chains=2, cores=1, random_seed=5,
                               progressbar=False, compute_convergence_checks=False,
@@ -443,7 +443,7 @@ def test_cores_2_gives_the_same_draws_as_cores_1():
     for cores in (1, 2):
         with logistic_model(X, y):
             # the empirical range bound is a closure: the step must survive cloudpickle
-            step = SubsampleMH(test="confidence", range_bound="empirical", subsample_size=50)
+            step = SubsampleMH(test="confidence", range_bound="empirical", subsample_size=50, thin=1)
             idata = pm.sample(step=step, draws=100, tune=100, chains=2, cores=cores, random_seed=3,
                               progressbar=False, compute_convergence_checks=False)
         draws.append(idata.posterior["beta"].values)
@@ -478,7 +478,7 @@ def test_skin_logistic_regression_against_nuts():
         draws = 6000 if test == "pseudo-marginal" else 1500
         start = time.perf_counter()
         with model:
-            step = SubsampleMH(test=test, **kwargs)
+            step = SubsampleMH(test=test, thin=1, **kwargs)
             center = step.proxy.center
             idata = pm.sample(step=step, draws=draws, tune=1000, chains=2, cores=1, random_seed=2,
                               progressbar=False, compute_convergence_checks=False)
@@ -515,6 +515,8 @@ def small_model():
         ({"test": "confidence"}, "needs a bound"),
         ({"num_blocks": 2000, "subsample_size": 100}, "num_blocks must be"),
         ({"scale": -1.0}, "scale must be a positive"),
+        ({"thin": 0}, "thin must be a positive integer"),
+        ({"thin": 2.5}, "thin must be a positive integer"),
         ({"test": "two-sample", "importance_probs": np.ones(5)}, "importance_probs must be"),
     ],
 )
@@ -522,3 +524,23 @@ def test_bad_input(small_model, kwargs, match):
     with small_model:
         with pytest.raises(ValueError, match=match):
             SubsampleMH(center=np.zeros(2), **kwargs)
+
+
+def test_thin_makes_each_draw_several_moves(small_model):
+    """A draw of thin=k is k moves of the thin=1 chain: the same seed gives every k-th state."""
+    runs = {}
+    for thin in (1, 3):
+        with small_model:
+            step = SubsampleMH(center=np.zeros(2), subsample_size=50, num_blocks=10, thin=thin,
+                               adapt_scale=False)
+            idata = pm.sample(step=step, draws=60 // thin, tune=0, chains=1, random_seed=4,
+                              progressbar=False, compute_convergence_checks=False)
+        runs[thin] = idata
+    every_third = runs[1].posterior["beta"].values[0, 2::3]
+    np.testing.assert_array_equal(runs[3].posterior["beta"].values[0], every_third)
+    stats = runs[3].sample_stats
+    assert np.all(stats.n_loglik_evals.values >= 3 * 50)  # three moves' rows per draw
+    assert set(np.unique(stats.accepted_fraction.values)) <= {0, 1 / 3, 2 / 3, 1}
+    # the default: about 2d moves per draw (Roberts, Gelman & Gilks' 0.33/d per move)
+    with small_model:
+        assert SubsampleMH(center=np.zeros(2)).thin == 4

@@ -60,6 +60,22 @@ class HMCECSState(SubsampleStepState):
     warmup_warned: bool = False
 
 
+# "auto" warns when m ≥ N/4: a leapfrog step then costs the m rows' ℓ, its reverse pass and the
+# proxy's directional derivatives (≥ 3 passes over m rows), more than full-data NUTS's one pass
+AUTO_TOO_LARGE = 4
+
+
+def _auto_too_large_message(m, n, order):
+    return (
+        f"HMCECS(subsample_size='auto') chose m = {m} of N = {n} rows: only so many keep σ̂² near its "
+        f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
+        "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
+        "Each leapfrog step then costs about as much as a full-data gradient, so full-data NUTS "
+        "(pm.sample() without step=) will be as fast and exact. Otherwise pass a center nearer the "
+        "posterior mode, use proxy_order=2, or reparametrise the model."
+    )
+
+
 class HMCECS(SubsampleStep):
     r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
 
@@ -191,6 +207,8 @@ class HMCECS(SubsampleStep):
             mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance)
+            if subsample_size * AUTO_TOO_LARGE >= n:
+                warn_poor(_auto_too_large_message(subsample_size, n, self.proxy.order))
         self.subsample_size = int(subsample_size)
         self.num_blocks = int(min(num_blocks, self.subsample_size))
         self._blocks = block_slices(self.subsample_size, self.num_blocks)
