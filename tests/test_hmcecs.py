@@ -202,6 +202,26 @@ def test_subsample_size_auto_targets_variance(small_logistic):
     assert 0.3 < np.quantile(variances, 0.9) < 3.0
 
 
+def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logistic, monkeypatch):
+    # issue 11, audit item 5: the stat is σ̂² at θ^(j-1) with the subsample kept by the u-update,
+    # the proposed one when accepted and the old one when rejected, never a previous θ's value
+    with small_logistic:
+        step = pms.HMCECS(subsample_size=30, num_blocks=3, proxy_order=1, rng=1)
+    proposals = []
+    propose = step._propose_subsample
+    monkeypatch.setattr(step, "_propose_subsample", lambda: proposals.append(propose()) or proposals[-1])
+    point, _ = step.step(small_logistic.initial_point())
+    outcomes = []
+    for _ in range(40):
+        theta, kept = step.current_theta.copy(), step.subsample
+        point, (stats,) = step.step(point)
+        accepted = step.subsample is proposals[-1]
+        expected = step.potential.estimate(theta, proposals[-1] if accepted else kept).loglik_var
+        assert stats["loglik_var"] == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        outcomes.append(accepted)
+    assert 0 < sum(outcomes) < len(outcomes)  # both branches were exercised
+
+
 def test_subsample_size_auto_warns_when_it_needs_most_rows():
     # an order-0 proxy on 400 rows: σ̂² ≈ 1 needs m ≈ N, so subsampling cannot pay off
     X, y = logistic_data(n=400, d=2)

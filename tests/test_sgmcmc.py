@@ -274,6 +274,17 @@ def test_sgld_polynomial_schedule(glm):
     np.testing.assert_allclose(idata.sample_stats.step_size.values[0], 1e-4 * (10.0 + t) ** -0.55)
 
 
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_laplace_mass_matrix_includes_the_data_for_every_proxy_order(glm, order):
+    # issue 11, audit item 6: with proxy_order < 2, mass_matrix="laplace" used the prior alone
+    # (diagonal 1/1/1 where the data give ~300). One computation, right for every order: on a
+    # Gaussian linear model the Laplace precision is the exact posterior precision.
+    model, mean, cov = glm
+    with model:
+        step = SGHMC(step_size=0.1, num_steps=2, mass_matrix="laplace", proxy_order=order, center=mean)
+    np.testing.assert_allclose(np.linalg.inv(step.mass_inv), np.linalg.inv(cov), rtol=1e-6)
+
+
 def test_sghmc_gaussian(glm):
     model, mean, cov = glm
     with model:
