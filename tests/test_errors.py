@@ -83,3 +83,43 @@ def test_prior_depending_on_rows():
         pm.Normal("y", mu, 1, observed=x)
     with pytest.raises(ValueError, match="depends on the row data"):
         TallModel(model)
+
+
+def test_missing_observed_values_get_our_error_not_a_shape_dump():
+    # PyMC turns NaN in an observed numpy array into imputed free variables; before issue 10 the
+    # step then failed with a PyTensor shape-mismatch dump after a misleading O(m²) warning
+    X, y = logistic_data(200, 2)
+    y = y.astype(float)
+    y[[3, 17]] = np.nan
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        with pytest.warns(Warning):  # PyMC's own ImputationWarning
+            pm.Normal("y", pt.dot(X, beta), 1, observed=y)
+    with pytest.raises(ValueError, match=r"Observed variable 'y' contains missing \(NaN\) values.*"
+                                         r"Drop or impute those rows"):
+        TallModel(model)
+    import pymc_subsample as pms
+
+    with model, pytest.raises(ValueError, match="missing"):
+        pms.HMCECS()
+
+
+def test_bad_subsample_size_is_reported_before_any_set_up(monkeypatch):
+    # the argument check must not cost the user the set-up (35 s before issue 10)
+    import pymc_subsample as pms
+    from pymc_subsample.model import tall as tall_module
+
+    def no_set_up(*args, **kwargs):
+        raise AssertionError("set-up started before the arguments were checked")
+
+    monkeypatch.setattr(tall_module.TallModel, "__init__", no_set_up)
+    X, y = logistic_data(100, 2)
+    with logistic_model(X, y):
+        for step in (pms.HMCECS, pms.SubsampleMH):
+            with pytest.raises(ValueError, match="subsample_size must be an integer between 1 and the "
+                                                 "number of rows N = 100"):
+                step(subsample_size=0)
+        for step in (pms.SGLD, pms.SGHMC, pms.SGFS):
+            with pytest.raises(ValueError, match="batch_size must be an integer between 1 and the "
+                                                 "number of rows N = 100"):
+                step(batch_size=101)

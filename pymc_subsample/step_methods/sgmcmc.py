@@ -21,7 +21,7 @@ from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.kernels import sg_tuning
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
 
 __all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
 
@@ -37,7 +37,13 @@ _DIVERGED = ("{name}: θ became non-finite (the chain diverged); the move was re
 
 
 class _SGChecks:
-    """Post-warm-up checks shared by the SG step methods: ESS (base) and divergences."""
+    """Checks shared by the SG step methods: ``batch_size`` before set-up, ESS (base) and divergences."""
+
+    _batch_request = None  # the user's batch_size, checked against N before the costly set-up
+
+    def check_arguments(self, n_rows):
+        if self._batch_request is not None:
+            check_size(self._batch_request, "batch_size", n_rows)
 
     ess_remedy = ("Use the default step_size (None) and gradient='cv', or raise thin so that each "
                   "draw spans more steps.")
@@ -212,6 +218,7 @@ class SGLD(_SGChecks, SubsampleStep):
         self.thin = _positive(thin, "thin", integer=True) if thin is not None else (None if auto else 1)
         self.noise_adjust, self.init_at_center = bool(noise_adjust), bool(init_at_center)
         _check_gradient(gradient)  # before the (costly) centre and proxy
+        self._batch_request = batch_size
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz, strong_convexity=strong_convexity)
@@ -324,6 +331,7 @@ class SGHMC(_SGChecks, SubsampleStep):
             raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "
                              "(SAGA tables are for SGLD).")
         _check_gradient(gradient, ("plain", "cv", "is", "full"))
+        self._batch_request = batch_size
         super().__init__(vars, **kwargs)
         self.estimator = SGGradient(self.target, gradient, _batch_default(self.tall, batch_size),
                                     lipschitz=lipschitz)
@@ -428,6 +436,7 @@ class SGFS(_SGChecks, SubsampleStep):
             raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
         self.thin = None if thin is None else _positive(thin, "thin", integer=True)
         self.init_at_center = bool(init_at_center)
+        self._batch_request = batch_size
         super().__init__(vars, **kwargs)
         self.whitening = sg_tuning.Whitening(self.target.center)  # identity: SGFS preconditions itself
         n, auto = self.tall.n_rows, batch_size is None
