@@ -15,30 +15,83 @@ __all__ = ["Comparison", "compare"]
 
 @dataclass
 class Comparison:
-    """Per-parameter agreement and cost; ``str()`` gives the one-line verdict."""
+    """Per-parameter agreement and cost of a run against a reference.
+
+    ``str()`` is the report a reader needs first, what the run cost against the reference
+    (seconds with set-up, ESS, ESS per second and their ratio), then whether it agrees;
+    ``repr()`` adds the per-parameter table; :meth:`summary` is one line.
+    """
 
     table: pd.DataFrame
     cost: dict
 
-    def summary(self) -> str:
+    def _has(self, column) -> bool:
+        return column in self.table and bool(np.isfinite(self.table[column]).any())
+
+    def _agreement(self) -> str:
         t = self.table
-        line = (
-            f"max |Δmean|/sd_ref = {t['abs_mean_diff_over_sd'].max():.3f}, "
-            f"sd/sd_ref in [{t['sd_ratio'].min():.3f}, {t['sd_ratio'].max():.3f}]"
-        )
-        if "ess_per_second" in t and np.isfinite(t["ess_per_second"]).any():
-            line += f", min ESS/s = {t['ess_per_second'].min():.3g}"
-        if "ess_per_second_ratio" in t and np.isfinite(t["ess_per_second_ratio"]).any():
-            line += f" ({t['ess_per_second_ratio'].min():.3g}x the reference)"
-        if "relative_ct" in t and np.isfinite(t["relative_ct"]).any():
-            line += f", relative CT (ref/this) median {t['relative_ct'].median():.3g}"
-        return line
+        return (f"max |Δmean| = {t['abs_mean_diff_over_sd'].max():.3f} reference sd, "
+                f"sd ratio {t['sd_ratio'].min():.3f}–{t['sd_ratio'].max():.3f} (1 = same spread)")
+
+    def _speed(self):
+        """(min ESS/s of this run, of the reference, their ratio), NaN where unknown."""
+        this = float(self.table["ess_per_second"].min()) if self._has("ess_per_second") else np.nan
+        ref = float(self.table["ref_ess_per_second"].min()) if self._has("ref_ess_per_second") else np.nan
+        return this, ref, this / ref
+
+    def summary(self) -> str:
+        """One line: speed against the reference first, then agreement."""
+        this, ref, ratio = self._speed()
+        line = ""
+        if np.isfinite(this):
+            line = f"min ESS/s {this:.3g}"
+            if np.isfinite(ratio):
+                line += f" vs {ref:.3g} for the reference ({_times(ratio)}, set-up included); "
+            else:
+                line += "; "
+        return line + "agreement: " + self._agreement()
 
     def __str__(self) -> str:
-        return self.summary()
+        this, ref, ratio = self._speed()
+        t, cost, ref_cost = self.table, self.cost, self.cost.get("reference", {})
+        rows = [("", "this run", "reference", "this/ref")]
+
+        def row(label, a, b, fmt):
+            rows.append((label, _fmt(a, fmt), _fmt(b, fmt), _fmt(a / b, ".3g") if b else ""))
+
+        row("seconds, set-up + sampling", cost["seconds"], ref_cost.get("seconds", np.nan), ".1f")
+        row("min bulk ESS", t["ess_bulk"].min(), t["ref_ess_bulk"].min() if self._has("ref_ess_bulk")
+            else np.nan, ".0f")
+        row("min ESS per second", this, ref, ".3g")
+        row("row evaluations (millions)", cost["evals"] / 1e6, ref_cost.get("evals", np.nan) / 1e6, ".3g")
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
+                 for r in rows]
+        if np.isfinite(ratio):
+            lines.append(f"speed: {_times(ratio)} than the reference in ESS per second, set-up included")
+        lines.append("agreement: " + self._agreement())
+        if self._has("relative_ct"):
+            lines.append(
+                f"relative CT {t['relative_ct'].median():.3g} (median): the reference needs that many times "
+                "more row\nevaluations per effective draw (CT = draws/ESS × evaluations per draw, seed 004 "
+                "eq. 3.2)")
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return self.summary() + "\n" + self.table.to_string(float_format=lambda x: f"{x:.4g}")
+        columns = [c for c in ("mean", "ref_mean", "abs_mean_diff_over_sd", "sd_ratio", "ess_bulk",
+                               "ess_per_second", "ess_per_second_ratio") if c in self.table]
+        short = self.table[columns].rename(columns={"abs_mean_diff_over_sd": "|Δ|/sd", "sd_ratio": "sd/ref",
+                                                    "ess_bulk": "ESS", "ess_per_second": "ESS/s",
+                                                    "ess_per_second_ratio": "ESS/s ratio"})
+        return str(self) + "\n\n" + short.to_string(float_format=lambda x: f"{x:.4g}")
+
+
+def _fmt(value, fmt) -> str:
+    return format(value, fmt) if np.isfinite(value) else "–"
+
+
+def _times(ratio) -> str:
+    return f"{ratio:.3g}× faster" if ratio >= 1 else f"{1 / ratio:.3g}× slower"
 
 
 def _moments(idata, var_names):
@@ -85,7 +138,9 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
         ``table`` columns: mean, sd, ref_mean, ref_sd, abs_mean_diff_over_sd, sd_ratio,
         ess_bulk, inefficiency (IF = draws/ESS), ess_per_second, ess_per_million_evals,
         ct (IF x evaluations per draw, seed 004 eq. 3.2) and, with an InferenceData
-        reference, ess_per_second_ratio and relative_ct (CT_ref / CT, eq. 6.1).
+        reference, ref_ess_bulk, ref_ess_per_second, ess_per_second_ratio and relative_ct
+        (CT_ref / CT, eq. 6.1). ``print(result)`` leads with cost (seconds with set-up,
+        ESS, ESS/s and the ratio), then agreement, in under 100 columns.
     """
     names, mean, sd = _moments(idata, var_names)
     _, ref_mean, ref_sd = _moments(reference, var_names)
@@ -111,6 +166,8 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
         ref_cost = _cost(reference, n_rows, reference_setup_seconds)
         ref_table = pd.DataFrame(index=names)
         _add_efficiency(ref_table, reference, var_names, ref_cost, "")
+        table["ref_ess_bulk"] = ref_table["ess_bulk"].to_numpy()
+        table["ref_ess_per_second"] = ref_table["ess_per_second"].to_numpy()
         table["ess_per_second_ratio"] = table["ess_per_second"] / ref_table["ess_per_second"].to_numpy()
         table["relative_ct"] = ref_table["ct"].to_numpy() / table["ct"]
         cost["reference"] = ref_cost
