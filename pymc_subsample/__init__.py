@@ -7,7 +7,7 @@ state (it does not register step methods with PyMC).
 
 from pymc_subsample import datasets
 from pymc_subsample.control_variates import TaylorProxy, find_map
-from pymc_subsample.diagnostics import Comparison, compare, sign_weighted
+from pymc_subsample.diagnostics import Comparison, compare, plot_compare, sign_weighted
 from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.model import TallModel
 from pymc_subsample.step_methods.hmcecs import HMCECS
@@ -31,6 +31,7 @@ __all__ = [
     "drop_unconverged",
     "find_map",
     "logistic_range_bound",
+    "plot_compare",
     "sign_weighted",
 ]
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["flat_draws", "sign_weighted", "weighted_quantile"]
+__all__ = ["draw_signs", "flat_draws", "sign_weighted", "weighted_moments", "weighted_quantile"]
 
 
 def flat_draws(idata, var_names=None):
@@ -36,6 +36,26 @@ def weighted_quantile(values, weights, q):
     return values[order][pos]
 
 
+def draw_signs(idata, n_draws):
+    """The ``sign`` stat flattened over chains, or all +1 when the run has none."""
+    stats = getattr(idata, "sample_stats", None)
+    if stats is None or "sign" not in stats:
+        return np.ones(n_draws)
+    return np.asarray(stats["sign"].values, float).reshape(-1)
+
+
+def weighted_moments(draws, signs):
+    """Sign-weighted means and variances (ddof 0) of the columns of ``draws`` (seed 004 eq. 5.3)."""
+    total = signs.sum()
+    if total <= 0:
+        raise ValueError(
+            "The signs of the likelihood estimates sum to ≤ 0, so sign-weighted estimates are "
+            "undefined. Increase subsample_size or lower target_variance and sample again."
+        )
+    mean = signs @ draws / total
+    return mean, np.maximum(signs @ draws**2 / total - mean**2, 0.0)
+
+
 def sign_weighted(idata, var_names=None, quantiles=(0.05, 0.5, 0.95)):
     """Sign-corrected posterior means, sds and quantiles (seed 004 eq. 5.3).
 
@@ -54,19 +74,9 @@ def sign_weighted(idata, var_names=None, quantiles=(0.05, 0.5, 0.95)):
         ``attrs["positive_fraction"]`` is the fraction of positive signs.
     """
     names, draws = flat_draws(idata, var_names)
-    if "sign" in idata.sample_stats:
-        signs = idata.sample_stats["sign"].values.reshape(-1).astype(float)
-    else:
-        signs = np.ones(draws.shape[0])
-    total = signs.sum()
-    if total <= 0:
-        raise ValueError(
-            "The signs of the likelihood estimates sum to ≤ 0, so sign-weighted estimates are "
-            "undefined. Increase subsample_size or lower target_variance and sample again."
-        )
-    mean = signs @ draws / total
-    second = signs @ draws**2 / total
-    table = {"mean": mean, "sd": np.sqrt(np.maximum(second - mean**2, 0.0))}
+    signs = draw_signs(idata, draws.shape[0])
+    mean, variance = weighted_moments(draws, signs)
+    table = {"mean": mean, "sd": np.sqrt(variance)}
     for q in quantiles:
         table[f"q{100 * q:g}"] = [weighted_quantile(draws[:, j], signs, q) for j in range(draws.shape[1])]
     frame = pd.DataFrame(table, index=names)
