@@ -20,6 +20,7 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.control_variates.taylor import check_proxy_order
+from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
@@ -35,8 +36,11 @@ class SubsampleStepState(StepMethodState):
     tune: bool
 
 
-class SubsampleStep(ArrayStepShared):
+class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     """Base class: model → tall model → centre → one :class:`SubsampledTarget`, plus PyMC plumbing.
+
+    The columns each subclass adds to PyMC's progress bar are its ``_progress_columns`` (or its
+    ``progress_columns()``), see :mod:`pymc_subsample.diagnostics.progress`.
 
     Parameters
     ----------

@@ -24,6 +24,7 @@ import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
@@ -120,6 +121,9 @@ class HMCECS(SubsampleStep):
     _state_class = HMCECSState
     stats_dtypes_shapes = {
         "diverging": (bool, []),
+        # the inner sampler's count of divergent draws after warm-up in this chain, as NUTS's own
+        # "divergences" stat (the progress bar's "div" column reads it)
+        "divergences": (np.int64, []),
         "energy": (np.float64, []),
         "energy_error": (np.float64, []),
         "max_energy_error": (np.float64, []),
@@ -346,6 +350,23 @@ class HMCECS(SubsampleStep):
     def set_rng(self, rng):
         super().set_rng(rng)
         self.inner.set_rng(self.rng.spawn(1)[0])
+
+    # ---------------------------------------------------------------- progress bar
+    def progress_columns(self):
+        """σ̂², subsample acceptance, inner step size and divergences (and the sign, signed)."""
+        columns = [
+            StatColumn("loglik_var", "σ̂²", compact),
+            StatColumn("subsample_accept", "u-acc", "{:.2f}"),
+            StatColumn("step_size", "step", "{:.3g}"),
+            StatColumn("divergences", "div", "{:.0f}"),
+        ]
+        if self.estimator == "signed":
+            columns.append(StatColumn("sign", "sign", "{:+.0f}"))
+        return columns
+
+    def progress_failing(self, stats):
+        """Red bar once the chain has a divergence after warm-up, as PyMC's NUTS."""
+        return stats.get("divergences", 0) > 0
 
     ess_remedy = ("Increase subsample_size (or use subsample_size='auto') so that σ̂² is near 1, and "
                   "check that the centre is near the posterior mode.")

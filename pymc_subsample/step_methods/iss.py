@@ -26,6 +26,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.progress import ProgressBarMixin, StatColumn
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import iss as K
@@ -89,7 +90,7 @@ class ISSState(SubsampleStepState):
     monitor: object = None
 
 
-class ISS(ArrayStepShared):
+class ISS(ProgressBarMixin, ArrayStepShared):
     """Informed sub-sampling MCMC (seed 002, "ISS-MCMC").
 
     Parameters
@@ -199,6 +200,12 @@ class ISS(ArrayStepShared):
         "diverging": (bool, []),
         "tune": (bool, []),
     }
+    #: progress bar: subset refresh rate (tuned to ``target_refresh`` through ε), ε, θ acceptance
+    _progress_columns = (
+        StatColumn("refresh_rate", "refresh", "{:.3f}"),
+        StatColumn("epsilon", "ε", "{:.3g}"),
+        StatColumn("acceptance_rate", "acc", "{:.2f}"),
+    )
 
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
                  swap_size=None, inner="mh", model=None, center=None, init_at_center=True,

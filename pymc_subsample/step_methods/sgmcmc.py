@@ -17,6 +17,7 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
@@ -31,6 +32,13 @@ _STATS = {
     "grad_var": (np.float64, []),
     "diverging": (bool, []),
 }
+
+#: progress-bar columns of the SG steps: the step size ε and the variance (trace of the covariance) of
+#: the gradient estimator, the two knobs of their bias
+_PROGRESS_COLUMNS = (
+    StatColumn("step_size", "step", "{:.3g}"),
+    StatColumn("grad_var", "grad-var", compact),
+)
 
 _DIVERGED = ("{name}: θ became non-finite (the chain diverged); the move was rejected and the chain "
              "stays put. Reduce step_size, or use a lower-variance gradient (cv, adaptive, larger batch).")
@@ -207,6 +215,7 @@ class SGLD(_SGChecks, SubsampleStep):
     name = "sgld"
     is_exact = False
     stats_dtypes_shapes = dict(_STATS)
+    _progress_columns = _PROGRESS_COLUMNS
     _state_class = SGLDState
 
     def __init__(self, vars=None, *, step_size=None, batch_size=None, gradient="cv", schedule=None,
@@ -315,6 +324,7 @@ class SGHMC(_SGChecks, SubsampleStep):
     name = "sghmc"
     is_exact = False
     stats_dtypes_shapes = dict(_STATS)
+    _progress_columns = _PROGRESS_COLUMNS
     _state_class = SGHMCState
 
     def __init__(self, vars=None, *, step_size=None, num_steps=None, friction=1.0, gradient="cv",
@@ -424,6 +434,9 @@ class SGFS(_SGChecks, SubsampleStep):
     name = "sgfs"
     is_exact = False
     stats_dtypes_shapes = {**_STATS, "converged": (bool, [])}
+    _progress_columns = _PROGRESS_COLUMNS + (
+        StatColumn("converged", "conv", lambda v: "yes" if v else "no"),
+    )
     _state_class = SGFSState
 
     def __init__(self, vars=None, *, optimized=True, batch_size=None, k=None, c=0.1, b=1.0, step_size=1.0,

@@ -14,6 +14,7 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
@@ -435,6 +436,18 @@ class SubsampleMH(SubsampleStep):
             "range_bound that bounds them (logistic_range_bound(X, center, proxy_order="
             f"{order}) with the sampler's center for logistic regression), or a larger one. "
             "Warned once per sampler.")
+
+    # ----------------------------------------------------------- progress bar
+    def progress_columns(self):
+        """Acceptance rate so far, rows read per test, proposal scale (and σ̂², pseudo-marginal)."""
+        columns = [
+            StatColumn("acceptance_rate", "acc", "{:.2f}"),
+            StatColumn("batch_size", "m", "{:.0f}"),
+        ]
+        if self.test == "pseudo-marginal":
+            columns.append(StatColumn("loglik_var", "σ̂²", compact))
+        columns.append(StatColumn("scale", "scale", "{:.3g}"))
+        return columns
 
     # ----------------------------------------------------------------- checks
     ess_remedy = ("Lengthen tuning so the proposal scale adapts, run more draws, or use pms.HMCECS, "
