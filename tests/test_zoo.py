@@ -110,12 +110,17 @@ def test_hmcecs_defaults_agree_with_nuts(name):
     assert agrees(result), result  # ESS ≥ 100 first, so the MCSE tolerance cannot widen without limit
 
 
-@pytest.mark.slow
-def test_hmcecs_defaults_on_hierarchical_model_warn_instead_of_silently_failing():
-    # Measured: with the default m = 1000 the non-centred hierarchical logistic model (20 groups)
-    # has σ̂² ≈ 40 (the second-order proxy at θ* is poor where τ is small) and the ESS of μ_a
-    # was 3 of 600 draws. Until the defaults handle it (open in issue 10), the run must warn.
+def test_hmcecs_defaults_on_hierarchical_model_raise_m_and_point_to_nuts():
+    # Measured: with m = 1000 the non-centred hierarchical logistic model (20 groups) had σ̂² ≈ 40
+    # (the second-order proxy at θ* is poor where τ is small) and an ESS of 3 of 600 draws for
+    # μ_a. The default now raises m until σ̂² is at its target, here most of the rows, and says
+    # that full-data NUTS is then as fast: loud, and the chain it would run is a correct one.
     model = build("hierarchical_noncentred", N)
-    with model, pytest.warns(UserWarning, match="variance σ̂² averages"):
-        pm.sample(step=pms.HMCECS(rng=0), draws=250, tune=200, chains=1, random_seed=6, progressbar=False,
-                  compute_convergence_checks=False)
+    with model, pytest.warns(UserWarning, match=rf"chose m = \d+ of N = {N} rows.*full-data NUTS"):
+        step = pms.HMCECS(rng=0)
+    assert step.subsample_size >= N // 4
+    # on a GLM the default stays at 1000 rows (σ̂² ≪ 1 there), silently
+    with build("logistic", N), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert pms.HMCECS(rng=0).subsample_size == 1000
+    assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]

@@ -35,6 +35,19 @@ def pilot_differences(rng, target, thetas, pilot_size):
     return np.asarray(means), np.asarray(variances)
 
 
+def pilot_loglik_variances(rng, target, thetas, pilot_size):
+    """Var(d_k) per θ, as :func:`pilot_differences`, from the perturbed estimator's own σ̂².
+
+    σ̂² = (n²/m) Var₀(d) on m pilot rows, so Var(d) (ddof 1) = σ̂² m² / (n² (m − 1)). It
+    reuses the estimator every HMCECS run compiles anyway: no extra compiled function
+    (each costs seconds on a fresh machine).
+    """
+    batch = target.tall.gather(rng.integers(0, target.n_rows, size=pilot_size))
+    n = target.n_rows
+    sigma2 = np.array([target.perturbed(theta, batch)[2] for theta in thetas])
+    return sigma2 * pilot_size**2 / (n * n * max(pilot_size - 1, 1))
+
+
 def choose_subsample_size(n, var_d, target=1.0, minimum=10):
     """Smallest m with σ² = n² Var(d)/m ≤ target, for the 90% quantile of Var(d) over the pilot.
 

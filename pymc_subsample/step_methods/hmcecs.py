@@ -38,6 +38,7 @@ from pymc_subsample.kernels.tuning import (
     choose_subsample_size,
     laplace_draws,
     pilot_differences,
+    pilot_loglik_variances,
 )
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
 from pymc_subsample.subsample.batch import Subsample
@@ -61,6 +62,7 @@ class HMCECSState(SubsampleStepState):
     warmup_warned: bool = False
 
 
+DEFAULT_SUBSAMPLE_SIZE = 1000  # the default's floor (perturbed) and size (signed), see the docstring
 # "auto" warns when m ≥ N/4: a leapfrog step then costs the m rows' ℓ, its reverse pass and the
 # proxy's directional derivatives (≥ 3 passes over m rows), more than full-data NUTS's one pass
 AUTO_TOO_LARGE = 4
@@ -68,7 +70,8 @@ AUTO_TOO_LARGE = 4
 
 def _auto_too_large_message(m, n, order):
     return (
-        f"HMCECS(subsample_size='auto') chose m = {m} of N = {n} rows: only so many keep σ̂² near its "
+        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows: only so many keep "
+        "σ̂² near its "
         f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
         "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
         "Each leapfrog step then costs about as much as a full-data gradient, so full-data NUTS "
@@ -84,10 +87,16 @@ class HMCECS(SubsampleStep):
     ----------
     vars : list, optional
         All free variables of the model (the default).
-    subsample_size : int or "auto"
+    subsample_size : int, "auto" or None
         m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` at Laplace draws near the
-        centre (seed 004 §3.1); the choice is in ``self.subsample_size``. For
-        ``estimator="signed"`` it is the mini-batch size of each Poisson factor.
+        centre (seed 004 §3.1); the choice is in ``self.subsample_size``. None (default):
+        perturbed, the larger of min(N, 1000) and the "auto" choice, i.e. 1000 rows unless
+        more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
+        step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
+        more saves a chain whose σ̂² would be far above 1, such as hierarchical models,
+        where m = 1000 gave σ̂² ≈ 40 and an ESS of 3). Signed: min(N, 1000). Either way a
+        warning says when m ≥ N/4, where full-data NUTS is as fast. For
+        ``estimator="signed"`` m is the mini-batch size of each Poisson factor.
     num_blocks : int
         G: one of G blocks of u is refreshed per iteration (ρ ≈ 1 − 1/G, §3.3). For the
         signed estimator max(1, round(λ/G)) of the λ groups are refreshed.
@@ -150,7 +159,7 @@ class HMCECS(SubsampleStep):
         self,
         vars=None,
         *,
-        subsample_size=1000,
+        subsample_size=None,
         num_blocks=100,
         estimator="perturbed",
         proxy_order=2,
@@ -196,21 +205,29 @@ class HMCECS(SubsampleStep):
 
     def check_arguments(self, n_rows):
         subsample_size, num_blocks = self._requested
-        check_size(subsample_size, "subsample_size", n_rows, allow=("auto",))
+        if subsample_size is not None:
+            check_size(subsample_size, "subsample_size", n_rows, allow=("auto",))
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
             raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
 
     # ------------------------------------------------------------------ set-up
     def _configure_subsampling(self, subsample_size, num_blocks, precision):
         n = self.tall.n_rows
-        pilot_needed = subsample_size == "auto" or self.estimator == "signed"
-        if pilot_needed:
-            # a fixed seed: the same model and settings give the same m and λ in every run
-            setup_rng = np.random.default_rng(0)
-            thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
+        minimum = 10
+        if subsample_size is None:
+            if self.estimator == "signed":
+                subsample_size = min(n, DEFAULT_SUBSAMPLE_SIZE)
+            else:
+                subsample_size, minimum = "auto", min(n, DEFAULT_SUBSAMPLE_SIZE)
+        # a fixed seed: the same model and settings give the same m and λ in every run
+        setup_rng = np.random.default_rng(0)
+        thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
+        if self.estimator == "signed":
             mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
+        elif subsample_size == "auto":
+            var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
         if subsample_size == "auto":
-            subsample_size = choose_subsample_size(n, var_d, self.target_variance)
+            subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
             if subsample_size * AUTO_TOO_LARGE >= n:
                 warn_poor(_auto_too_large_message(subsample_size, n, self.proxy.order))
         self.subsample_size = int(subsample_size)
