@@ -13,8 +13,10 @@ def logistic_data(n_rows, n_features, seed=0):
 
 
 def logistic_model(X, y):
+    """X and y both as pm.Data, PyMC's own idiom (issue 10 measures this form)."""
     with pm.Model() as model:
         X_ = pm.Data("X", X)
+        y_ = pm.Data("y_obs", y)
         beta = pm.Normal("beta", 0.0, 1.0, shape=X.shape[1])
-        pm.Bernoulli("y", logit_p=X_ @ beta, observed=y)
+        pm.Bernoulli("y", logit_p=X_ @ beta, observed=y_)
     return model

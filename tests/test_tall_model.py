@@ -101,3 +101,27 @@ def test_prior_includes_transform_jacobian():
     expected = np.log(2) - 0.5 * np.log(2 * np.pi) - 0.5 * sigma**2 + 0.3  # + log|dσ/dx|
     assert value == pytest.approx(expected, abs=1e-12)
     assert grad[0] == pytest.approx(-(sigma**2) + 1.0, abs=1e-12)
+
+
+def test_prior_hessian_matches_the_analytic_one():
+    # central differences of the compiled prior gradient (no separately compiled Hessian graph)
+    with pm.Model() as model:
+        s = pm.HalfNormal("s", 1.0)
+        mu = pm.Normal("mu", 0.5, 2.0, shape=2)
+        rho = pm.Normal("rho", mu[0] * s, 1.0)  # a prior that couples the coordinates
+        pm.Normal("y", mu[1] + rho, s, observed=np.linspace(-1, 1, 20))
+    tall = TallModel(model)
+    where = {k: np.atleast_1d(v).astype(int) for k, v in tall.theta_to_point(np.arange(4.0)).items()}
+    i_s, (i_m0, i_m1), i_r = where["s_log__"][0], where["mu"], where["rho"][0]
+    theta = np.array([0.3, -0.4, 1.2, 0.7])
+    point = tall.theta_to_point(theta)
+    sd, m0, r = np.exp(point["s_log__"]), point["mu"][0], point["rho"]
+    # log p = −σ²/2 + x (HalfNormal on x = log σ) − (μ − 0.5)²/8 − (ρ − μ₀σ)²/2
+    expected = np.zeros((4, 4))
+    for (a, b), value in {
+        (i_s, i_s): -2 * sd**2 + m0 * sd * (r - m0 * sd) - m0**2 * sd**2,
+        (i_s, i_m0): sd * (r - 2 * m0 * sd), (i_s, i_r): m0 * sd,
+        (i_m0, i_m0): -1 / 4 - sd**2, (i_m0, i_r): sd, (i_m1, i_m1): -1 / 4, (i_r, i_r): -1.0,
+    }.items():
+        expected[a, b] = expected[b, a] = value
+    np.testing.assert_allclose(tall.prior_hessian(theta), expected, rtol=1e-7, atol=1e-7)
