@@ -114,7 +114,7 @@ def test_hmcecs_defaults_on_hierarchical_model_raise_m_and_point_to_nuts():
     # Measured: with m = 1000 the non-centred hierarchical logistic model (20 groups) had σ̂² ≈ 40
     # (the second-order proxy at θ* is poor where τ is small) and an ESS of 3 of 600 draws for
     # μ_a. The default now raises m until σ̂² is at its target, here most of the rows, and says
-    # that full-data NUTS is then as fast: loud, and the chain it would run is a correct one.
+    # that full-data NUTS is then faster: loud, and the chain it would run is a correct one.
     model = build("hierarchical_noncentred", N)
     with model, pytest.warns(UserWarning, match=rf"chose m = \d+ of N = {N} rows.*full-data NUTS"):
         step = pms.HMCECS(rng=0)

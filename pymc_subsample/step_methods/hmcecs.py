@@ -74,8 +74,9 @@ def _auto_too_large_message(m, n, order):
         "σ̂² near its "
         f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
         "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
-        "Each leapfrog step then costs about as much as a full-data gradient, so full-data NUTS "
-        "(pm.sample() without step=) will be as fast and exact. Otherwise pass a center nearer the "
+        "Each leapfrog step then costs several full-data gradients, so full-data NUTS (pm.sample() "
+        "without step=) will be faster and exact (measured on a 20-group hierarchical model with "
+        "20,000 rows: NUTS 68 s; HMCECS unfinished after 18 min). Otherwise pass a center nearer the "
         "posterior mode, use proxy_order=2, or reparametrise the model."
     )
 
@@ -95,7 +96,7 @@ class HMCECS(SubsampleStep):
         step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
         more saves a chain whose σ̂² would be far above 1, such as hierarchical models,
         where m = 1000 gave σ̂² ≈ 40 and an ESS of 3). Signed: min(N, 1000). Either way a
-        warning says when m ≥ N/4, where full-data NUTS is as fast. For
+        warning says when m ≥ N/4, where full-data NUTS is faster. For
         ``estimator="signed"`` m is the mini-batch size of each Poisson factor.
     num_blocks : int
         G: one of G blocks of u is refreshed per iteration (ρ ≈ 1 − 1/G, §3.3). For the
