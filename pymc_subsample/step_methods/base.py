@@ -138,6 +138,16 @@ def warn_poor(message: str):
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
+def check_positive(value, name, integer=False):
+    """A positive finite number (or integer), else a ValueError that names the argument."""
+    ok = not isinstance(value, bool) and (isinstance(value, (int, np.integer)) if integer else
+                                          isinstance(value, (int, float, np.number)))
+    if not ok or not np.isfinite(value) or value <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
+        raise ValueError(f"{name} must be {kind}; got {value!r}.")
+    return int(value) if integer else float(value)
+
+
 def check_size(value, name, n_rows, *, allow=()):
     """An integer in 1..N (or one of the strings in ``allow``), else a ValueError that says so."""
     if isinstance(value, str) and value in allow:

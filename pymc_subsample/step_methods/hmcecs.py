@@ -220,13 +220,14 @@ class HMCECS(SubsampleStep):
                 subsample_size = min(n, DEFAULT_SUBSAMPLE_SIZE)
             else:
                 subsample_size, minimum = "auto", min(n, DEFAULT_SUBSAMPLE_SIZE)
-        # a fixed seed: the same model and settings give the same m and λ in every run
-        setup_rng = np.random.default_rng(0)
-        thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
-        if self.estimator == "signed":
-            mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
-        elif subsample_size == "auto":
-            var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
+        if self.estimator == "signed" or subsample_size == "auto":
+            # a fixed seed: the same model and settings give the same m and λ in every run
+            setup_rng = np.random.default_rng(0)
+            thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
+            if self.estimator == "signed":
+                mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
+            else:
+                var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
             if subsample_size * AUTO_TOO_LARGE >= n:

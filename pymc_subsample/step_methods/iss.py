@@ -32,7 +32,7 @@ from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.base import SubsampleStepState, resolve_center, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStepState, check_positive, resolve_center, warn_poor
 from pymc_subsample.subsample.summaries import make_summary
 
 __all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]
@@ -228,12 +228,10 @@ class ISS(ProgressBarMixin, ArrayStepShared):
         if isinstance(n_leapfrog, bool) or not isinstance(n_leapfrog, (int, np.integer)) or n_leapfrog < 1:
             raise ValueError(f"n_leapfrog must be a positive integer; got {n_leapfrog!r}.")
         self.n_leapfrog = int(n_leapfrog)
-        if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer))
-                                 or thin < 1):
-            raise ValueError(f"thin must be a positive integer (iterations per draw) or None; got {thin!r}.")
         # 2d iterations per draw for the random-walk θ update (see the docstring); HMC moves far
         # enough in one
-        self.thin = int(thin) if thin is not None else (min(MAX_THIN, 2 * d) if self.inner == "mh" else 1)
+        self.thin = (check_positive(thin, "thin", integer=True) if thin is not None
+                     else min(MAX_THIN, 2 * d) if self.inner == "mh" else 1)
         self.init_at_center = bool(init_at_center)
         if not (callable(summary) or (isinstance(summary, str) and summary in ("moments", "map"))):
             make_summary(summary, tall)  # its ValueError, before the set-up passes

@@ -22,7 +22,13 @@ from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.kernels import sg_tuning
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
+from pymc_subsample.step_methods.base import (
+    SubsampleStep,
+    SubsampleStepState,
+    check_positive,
+    check_size,
+    warn_poor,
+)
 
 __all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
 
@@ -74,15 +80,6 @@ def _finite(name, state_owner, new, old):
     return old, True
 
 
-def _positive(value, name, integer=False):
-    ok = not isinstance(value, bool) and (isinstance(value, (int, np.integer)) if integer else
-                                          isinstance(value, (int, float, np.number)))
-    if not ok or not np.isfinite(value) or value <= 0:
-        kind = "a positive integer" if integer else "a positive finite number"
-        raise ValueError(f"{name} must be {kind}; got {value!r}.")
-    return int(value) if integer else float(value)
-
-
 def _schedule(step_size, schedule):
     """Map iteration t to ε_t.
 
@@ -93,12 +90,12 @@ def _schedule(step_size, schedule):
             raise ValueError(
                 "step_size is required (a positive number), unless schedule gives the step sizes."
             )
-        eps = _positive(step_size, "step_size")
+        eps = check_positive(step_size, "step_size")
         return lambda t: eps
     if callable(schedule):
         return schedule
     if isinstance(schedule, tuple) and len(schedule) == 4 and schedule[0] == "polynomial":
-        a, b, gamma = (_positive(v, n) for v, n in zip(schedule[1:], ("a", "b", "gamma"), strict=True))
+        a, b, gamma = (check_positive(v, n) for v, n in zip(schedule[1:], ("a", "b", "gamma"), strict=True))
         return lambda t: a * (b + t) ** (-gamma)
     raise ValueError(
         "schedule must be None or 'constant' (use step_size), ('polynomial', a, b, gamma) for "
@@ -224,7 +221,7 @@ class SGLD(_SGChecks, SubsampleStep):
         auto = step_size is None and schedule is None
         self._eps = None if auto else _schedule(step_size, schedule)
         # thin=None: ⌈1/ε⌉ once the default ε is known, else 1
-        self.thin = _positive(thin, "thin", integer=True) if thin is not None else (None if auto else 1)
+        self.thin = check_positive(thin, "thin", integer=True) if thin is not None else (None if auto else 1)
         self.noise_adjust, self.init_at_center = bool(noise_adjust), bool(init_at_center)
         _check_gradient(gradient)  # before the (costly) centre and proxy
         self._batch_request = batch_size
@@ -330,12 +327,12 @@ class SGHMC(_SGChecks, SubsampleStep):
     def __init__(self, vars=None, *, step_size=None, num_steps=None, friction=1.0, gradient="cv",
                  batch_size=None, mass_matrix="auto", init_at_center=True, lipschitz=None, **kwargs):
         auto = step_size is None
-        self.step_size = None if auto else _positive(step_size, "step_size")
-        self.num_steps = None if num_steps is None else _positive(num_steps, "num_steps", integer=True)
+        self.step_size = None if auto else check_positive(step_size, "step_size")
+        self.num_steps = None if num_steps is None else check_positive(num_steps, "num_steps", integer=True)
         if not auto and self.num_steps is None:
             raise ValueError("num_steps is required with an explicit step_size (seed 004 uses εL ≈ 1.2); "
                              "or leave both to their defaults.")
-        self.friction = _positive(friction, "friction")
+        self.friction = check_positive(friction, "friction")
         self.init_at_center = bool(init_at_center)
         if gradient in ("saga", "is-saga", "adaptive"):
             raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "
@@ -442,12 +439,12 @@ class SGFS(_SGChecks, SubsampleStep):
     def __init__(self, vars=None, *, optimized=True, batch_size=None, k=None, c=0.1, b=1.0, step_size=1.0,
                  thin=None, init_at_center=True, **kwargs):
         self.optimized = bool(optimized)
-        self.k_fixed = None if k is None else _positive(k, "k")
-        self.c, self.b = _positive(c, "c"), _positive(b, "b")
-        self.sgfs_eps = _positive(step_size, "step_size")
+        self.k_fixed = None if k is None else check_positive(k, "k")
+        self.c, self.b = check_positive(c, "c"), check_positive(b, "b")
+        self.sgfs_eps = check_positive(step_size, "step_size")
         if self.k_fixed is not None and self.k_fixed >= 1 or self.c >= 1 or self.b > 2:
             raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
-        self.thin = None if thin is None else _positive(thin, "thin", integer=True)
+        self.thin = None if thin is None else check_positive(thin, "thin", integer=True)
         self.init_at_center = bool(init_at_center)
         self._batch_request = batch_size
         super().__init__(vars, **kwargs)

@@ -20,7 +20,13 @@ from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
 from pymc_subsample.kernels.proposals import adapt_log_scale, laplace_cholesky, random_walk_proposal
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
+from pymc_subsample.step_methods.base import (
+    SubsampleStep,
+    SubsampleStepState,
+    check_positive,
+    check_size,
+    warn_poor,
+)
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 
@@ -183,9 +189,8 @@ class SubsampleMH(SubsampleStep):
                 "pymc_subsample.kernels.mh_tests.logistic_range_bound(X, center) for logistic "
                 "regression) or range_bound='empirical' (heuristic), or use another test."
             )
-        if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer))
-                                 or thin < 1):
-            raise ValueError(f"thin must be a positive integer (moves per draw) or None; got {thin!r}.")
+        if thin is not None:
+            thin = check_positive(thin, "thin", integer=True)
         if scale is not None and not (np.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be a positive number; got {scale!r}.")
         if test == "confidence" and callable(range_bound):
@@ -211,7 +216,7 @@ class SubsampleMH(SubsampleStep):
                 scale *= math.sqrt(self._laplace_var_mean) if self._laplace_var_mean else 0.1
         self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
         self.init_at_center = bool(init_at_center)
-        self.thin = int(thin) if thin is not None else min(MAX_THIN, 2 * d)
+        self.thin = thin if thin is not None else min(MAX_THIN, 2 * d)
         self._chunk_size = int(chunk_size)
         self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
         self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
