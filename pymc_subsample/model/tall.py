@@ -98,6 +98,19 @@ class TallModel:
         self._rows_jvp = directional_derivative(self.batch_loglik, self.theta, self.direction)
         self._rows_second = directional_derivative(self._rows_jvp, self.theta, self.direction2)
 
+    def batch_graph(self, outputs):
+        """Per-row graphs of the model (in free variables or data) rewritten to (θ, batch).
+
+        For quantities other than ℓ_k that a method needs row by row, e.g. the linear predictor
+        of a GLM: free variables become slices of the flat θ, row leaves become the batch inputs.
+        """
+        outputs = self.model.replace_rvs_by_values(list(outputs))
+        point = {v.name: self.initial_point[v.name] for v in self.value_vars}
+        outputs, theta = join_nonshared_inputs(point, outputs, self.value_vars)
+        outputs = pytensor.graph_replace(outputs, {theta: self.theta}, strict=False)
+        m = self.batch_inputs[0].shape[0] if self.batch_inputs else pt.constant(1)
+        return substitute_rows(outputs, self.leaves, self.batch_inputs, self._size_constants, m)
+
     def _compile(self, key, build):
         """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily."""
         if key not in self._functions:
