@@ -10,6 +10,7 @@ from pymc_subsample.control_variates import TaylorProxy, find_map
 from pymc_subsample.diagnostics import Comparison, compare, plot_compare, sign_weighted
 from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.model import TallModel
+from pymc_subsample.model.streamed import Data, StreamedDataError, data_sources
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
@@ -23,10 +24,13 @@ __all__ = [
     "SGLD",
     "SubsampleMH",
     "Comparison",
+    "Data",
+    "StreamedDataError",
     "TallModel",
     "TaylorProxy",
     "check_refresh_rate",
     "compare",
+    "data_sources",
     "datasets",
     "drop_unconverged",
     "find_map",

@@ -1,10 +1,16 @@
-"""Full-data passes in row chunks, so memory is bounded by the chunk, not by N."""
+"""Full-data passes in row chunks, so memory is bounded by the chunk, not by N.
+
+For a model with ``pms.Data`` the chunks are read from the source as the pass goes; with a
+``dask.distributed`` client (given to the step as ``client=``, or the active one) each chunk's
+sums are computed on a worker and the partial sums are tree-reduced by ``dask.bag``: the
+compiled function and the tall model travel once per worker, the rows never leave the workers.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "resolve_client"]
 
 DEFAULT_CHUNK_SIZE = 20_000
 
@@ -25,15 +31,56 @@ def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
-    total = None
     n = tall.n_rows if rows is None else len(rows)
-    for start in range(0, n, chunk_size):
-        stop = min(start + chunk_size, n)
+    ranges = [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
+    client = resolve_client(tall) if rows is None else None
+    if client is not None and len(ranges) > 1:
+        return _distributed_sum(client, tall, fn, theta, ranges)
+    total = None
+    for start, stop in ranges:
         batch = tall.row_slice(start, stop) if rows is None else tall.gather(rows[start:stop])
-        parts = fn(theta, batch)
-        total = (
-            [np.array(p, dtype=float) for p in parts]
-            if total is None
-            else [t + p for t, p in zip(total, parts)]
-        )
+        total = _add(total, _as_floats(fn(theta, batch)))
     return tuple(total)
+
+
+def resolve_client(tall):
+    """The Dask client for ``tall``'s full passes: its own, else the active one for ``pms.Data``."""
+    if getattr(tall, "client", None) is not None:
+        return tall.client
+    if not any(leaf.streamed for leaf in tall.leaves):
+        return None
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
+    try:
+        return default_client()
+    except ValueError:  # no client is running
+        return None
+
+
+def _distributed_sum(client, tall, fn, theta, ranges):
+    import dask.bag as db
+    from dask import delayed
+
+    # one copy of (fn, tall) per worker: a Delayed argument is a single key in the graph
+    shipped = delayed((fn, tall), pure=True, traverse=False)
+    parts = db.from_sequence(ranges, npartitions=len(ranges)).map(_chunk_sums, shipped, theta)
+    return tuple(client.compute(parts.fold(_add, _add_both)).result())
+
+
+def _chunk_sums(chunk, shipped, theta):
+    fn, tall = shipped
+    return _as_floats(fn(theta, tall.row_slice(*chunk)))
+
+
+def _as_floats(parts):
+    return [np.array(p, dtype=float) for p in parts]
+
+
+def _add(total, parts):
+    return parts if total is None else [t + p for t, p in zip(total, parts)]
+
+
+def _add_both(left, right):
+    return _add(left, right)

@@ -16,6 +16,8 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import graph_inputs
 
+from pymc_subsample.model.streamed import StreamedRows, streamed_variables
+
 __all__ = ["RowLeaf", "find_row_leaves", "find_size_constants", "substitute_rows"]
 
 
@@ -35,8 +37,18 @@ class RowLeaf:
     variable: Variable
 
     @property
+    def streamed(self) -> bool:
+        """True for a ``pms.Data`` whose rows stay in their source (read on demand)."""
+        return _source(self.variable) is not None
+
+    @property
     def data(self) -> np.ndarray:
-        """The full array (shared variables are read now, so ``pm.set_data`` is seen)."""
+        """The full array (shared variables are read now, so ``pm.set_data`` is seen).
+
+        For a ``pms.Data`` this is its :class:`RowSource`, which reads rows on demand.
+        """
+        if self.streamed:
+            return _source(self.variable)
         if isinstance(self.variable, SharedVariable):
             return self.variable.get_value(borrow=True)
         return self.variable.data
@@ -52,6 +64,11 @@ class RowLeaf:
         return pt.tensor(dtype=t.dtype, shape=t.shape[1:], name=f"{self.name}_row")
 
 
+def _source(var):
+    owner = var.owner
+    return owner.op.source if owner is not None and isinstance(owner.op, StreamedRows) else None
+
+
 def _leaf_value(var) -> np.ndarray | None:
     if isinstance(var, SharedVariable):
         return np.asarray(var.get_value(borrow=True))
@@ -61,8 +78,15 @@ def _leaf_value(var) -> np.ndarray | None:
 
 
 def find_row_leaves(outputs, n_rows: int) -> list[RowLeaf]:
-    """Constants and shared variables in ``outputs``' graph with leading length ``n_rows``."""
+    """Constants, shared variables and ``pms.Data`` in ``outputs``' graph with leading length N."""
     leaves = []
+    for var in streamed_variables(outputs):
+        if var.type.shape[0] != n_rows:
+            raise ValueError(
+                f"pms.Data {var.name!r} has {var.type.shape[0]} rows but the observed variables have "
+                f"N = {n_rows}; every row source of a model must have the same rows, in the same order."
+            )
+        leaves.append(RowLeaf(name=var.name, variable=var))
     for var in graph_inputs(outputs):
         if getattr(var.type, "ndim", 0) < 1:
             continue
@@ -114,8 +138,16 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
         Insert a leading axis of length 1 so the graph sees a batch of one row.
     """
     replace = {}
+    streamed = {}
     for leaf, new in zip(leaves, row_inputs):
-        replace[leaf.variable] = pt.expand_dims(new, 0) if single_row else new
+        new = pt.expand_dims(new, 0) if single_row else new
+        replace[leaf.variable] = new
+        if leaf.streamed:
+            streamed[leaf.variable.owner.op] = new
+    # graph rewrites (join_nonshared_inputs, clone_replace) clone a pms.Data node but keep its op
+    for var in streamed_variables(outputs):
+        if var.owner.op in streamed:
+            replace[var] = streamed[var.owner.op]
     for const in size_constants:
         if const.type.ndim == 0:  # a dim length
             replace[const] = pt.cast(n_rows_symbolic, const.dtype)

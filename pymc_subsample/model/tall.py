@@ -52,6 +52,7 @@ class TallModel:
 
     def __init__(self, model=None, vars=None):
         self.model = pm.modelcontext(model)
+        self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.n_rows = observation_axis_length(self.model)
         self.value_vars = _check_value_vars(self.model, vars)
         self.initial_point = self.model.initial_point()
@@ -77,6 +78,10 @@ class TallModel:
         self._functions = {}
         self._build_row_graphs()
         self._check_rows_independent()
+
+    def __getstate__(self):
+        # shipped to Dask workers for full passes: never the client itself
+        return dict(self.__dict__, client=None)
 
     # ------------------------------------------------------------------ graphs
     def _build_row_graphs(self):
@@ -435,6 +440,8 @@ def _loglik_rows_graph(model):
 
 def _check_finite(leaves):
     for leaf in leaves:
+        if leaf.streamed:  # checked chunk by chunk as the passes read it
+            continue
         data = leaf.data
         if np.issubdtype(np.asarray(data).dtype, np.floating) and not np.all(np.isfinite(data)):
             bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))

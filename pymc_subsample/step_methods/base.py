@@ -26,7 +26,10 @@ from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
-__all__ = ["SubsampleStepState", "SubsampleStep", "check_size", "resolve_center", "warn_poor"]
+__all__ = ["BASE_KWARGS", "SubsampleStepState", "SubsampleStep", "check_size", "resolve_center", "warn_poor"]
+
+#: keyword arguments of :class:`SubsampleStep` that subclasses with their own ``**kwargs`` pass on
+BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client")
 
 
 @dataclass_state
@@ -57,6 +60,9 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         Rows per chunk of the full-data passes at set-up.
     rng : seed or Generator, optional
         Set by ``pm.sample`` from ``random_seed`` for each chain.
+    client : distributed.Client, optional
+        Runs the full-data passes of a model with ``pms.Data`` on a Dask cluster (default: the
+        active client, if any).
     """
 
     is_exact: bool = False
@@ -72,12 +78,14 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         chunk_size=DEFAULT_CHUNK_SIZE,
         rng=None,
         initial_point=None,
+        client=None,
     ):
         model = pm.modelcontext(model)
         proxy_order = check_proxy_order(proxy_order)
         # cheap checks first: a wrong argument must not cost the user the set-up time
         self.check_arguments(observation_axis_length(model))
         self.tall = TallModel(model, vars)
+        self.tall.client = client
         self.target = SubsampledTarget(
             self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size
         )

@@ -40,7 +40,13 @@ from pymc_subsample.kernels.tuning import (
     pilot_differences,
     pilot_loglik_variances,
 )
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_size, warn_poor
+from pymc_subsample.step_methods.base import (
+    BASE_KWARGS,
+    SubsampleStep,
+    SubsampleStepState,
+    check_size,
+    warn_poor,
+)
 from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample.indices import block_slices
 
@@ -187,7 +193,7 @@ class HMCECS(SubsampleStep):
         if target_variance <= 0:
             raise ValueError(f"target_variance must be positive; got {target_variance!r}.")
         self._requested = (subsample_size, num_blocks)
-        base_kwargs = {k: kwargs.pop(k) for k in ("rng", "initial_point", "chunk_size") if k in kwargs}
+        base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
         self.estimator = estimator
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
         self.is_exact = estimator == "signed"

@@ -1,0 +1,112 @@
+"""``pms.Data``: row data in a PyMC model whose rows stay where they are.
+
+In the model's graph a ``pms.Data`` is the output of a :class:`StreamedRows` node: a variable
+with the source's static shape (N, ...) that no compiled function can evaluate. The tall model
+replaces it by batches of rows read from the :class:`~pymc_subsample.model.sources.RowSource`,
+so every pms step method sees only the rows it asks for. Anything that would need all N rows at
+once (PyMC's NUTS, a Deterministic of length N, posterior predictive on the full data) gets
+:class:`StreamedDataError` instead of silently seeing a subset or placeholder rows.
+
+``StreamedDataError`` is a ``TypeError``: at the end of ``pm.sample`` PyMC's conversion to
+``InferenceData`` tries to read the observed values, treats a ``TypeError`` as "symbolic
+observation" and leaves them out with a warning, which is what we want (no copy of the N rows).
+"""
+
+from __future__ import annotations
+
+import pymc as pm
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.graph.traversal import ancestors
+
+from pymc_subsample.model.sources import as_row_source
+
+__all__ = ["Data", "StreamedDataError", "StreamedRows", "data_sources", "streamed_variables"]
+
+
+class StreamedDataError(TypeError):
+    """A computation needed all N rows of a ``pms.Data`` at once."""
+
+
+class StreamedRows(Op):
+    """A graph leaf standing for the N rows of a :class:`RowSource` (never evaluated whole).
+
+    Two nodes are never merged (no ``__props__``: equality is identity), and constant folding is
+    off, so the rows are read only through the tall model's batches.
+    """
+
+    def __init__(self, source):
+        self.source = source
+
+    def make_node(self):
+        out = pt.tensor(dtype=self.source.dtype, shape=self.source.shape, name=self.source.name)
+        return Apply(self, [], [out])
+
+    def perform(self, node, inputs, outputs):
+        where = self.source.description.get("path", self.source.kind)
+        raise StreamedDataError(
+            f"pms.Data {self.source.name!r} ({self.source.n_rows} rows in {where}) is never loaded "
+            "whole, and this computation needs all of its rows. Sample the model with a pymc_subsample "
+            "step method, e.g. pm.sample(step=pms.HMCECS()); full-data NUTS, Deterministics of length "
+            "N and full-data posterior predictive need the rows in memory (use pm.Data for those)."
+        )
+
+    def do_constant_folding(self, fgraph, node):
+        return False
+
+    def __str__(self):
+        return f"StreamedRows{{{self.source.name}}}"
+
+
+def Data(name, source, *, dims=None, chunk_rows=None, model=None):  # noqa: N802 - mirrors pm.Data
+    """Row data that stays where it is: a zarr array, a ``.npy`` path or memmap, or a Dask array.
+
+    Used like ``pm.Data`` inside a model context; N comes from the source. pymc_subsample step
+    methods read only the rows they need (sorted and grouped by chunk, with a small cache), and
+    stream every full-data pass chunk by chunk (on a ``dask.distributed`` cluster when a client
+    is active or passed to the step). No copy of the N rows goes into the ``InferenceData``.
+
+    Parameters
+    ----------
+    name : str
+    source : str, Path, zarr.Array, numpy.memmap, dask.array.Array or array-like
+        A path ending in ``.npy`` opens a memmap; any other existing path opens a zarr store.
+    dims : sequence of str, optional
+        As for ``pm.Data``; the first dim is the observation axis (its coordinate becomes
+        ``range(N)`` when the model does not define it).
+    chunk_rows : int, optional
+        Rows per read for sources without native chunks (memmaps, array-likes).
+
+    Returns
+    -------
+    TensorVariable
+        Usable in the model's graph as ``X @ beta`` or as ``observed=``.
+    """
+    model = pm.modelcontext(model)
+    rows = as_row_source(source, name, chunk_rows=chunk_rows)
+    var = StreamedRows(rows)()
+    var.name = name
+    if dims is not None:
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        for dim, length in zip(dims, rows.shape):
+            if dim not in model.coords:
+                model.add_coord(dim, length=length)
+    model.add_named_variable(var, dims=dims)
+    return var
+
+
+def streamed_variables(outputs) -> list:
+    """The ``pms.Data`` variables in the graphs of ``outputs``."""
+    return [v for v in ancestors(outputs) if v.owner is not None and isinstance(v.owner.op, StreamedRows)]
+
+
+def data_sources(model=None) -> dict:
+    """Descriptions (kind, path, shape, dtype) of a model's ``pms.Data``, for ``idata.attrs``.
+
+    ``idata.attrs["pms_data_sources"] = json.dumps(pms.data_sources(model))`` records where
+    the rows are, since the ``InferenceData`` keeps no copy of them.
+    """
+    model = pm.modelcontext(model)
+    found = streamed_variables([*model.observed_RVs, *model.named_vars.values()])
+    return {v.name: v.owner.op.source.description for v in found}
