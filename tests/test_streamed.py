@@ -171,3 +171,23 @@ def test_nan_found_during_a_pass_names_the_chunk(tmp_path):
     with pytest.raises(ValueError, match=r"NaN or infinite values in chunk 2 \(rows 2000..2999\)"):
         with model:
             pms.HMCECS(subsample_size=100)
+
+
+def test_saga_table_of_streamed_data_lives_on_disk_in_float32(tmp_path):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(5_000, D))
+    y = (rng.random(5_000) < 1 / (1 + np.exp(-X @ np.array([1.0, -1.0, 0.5])))).astype(float)
+    np.save(tmp_path / "X.npy", X)
+    draws = {}
+    for streamed in (False, True):
+        model = _model(tmp_path / "X.npy", y) if streamed else _model(X, y, in_memory=True)
+        with model:
+            step = pms.SGLD(gradient="saga", batch_size=50, thin=2)
+            table = step.estimator.new_table()
+            idata = pm.sample(step=step, draws=30, tune=30, chains=1, random_seed=3, progressbar=False,
+                              compute_convergence_checks=False)
+        draws[streamed] = idata.posterior["beta"].values
+        assert isinstance(table.grads, np.memmap) == streamed
+        assert table.grads.dtype == (np.float32 if streamed else np.float64)
+    # float32 table entries: the same chain up to rounding
+    np.testing.assert_allclose(draws[True], draws[False], atol=1e-4)

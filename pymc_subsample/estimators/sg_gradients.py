@@ -26,6 +26,8 @@ per-row last gradients h_j and their running sum.
 
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
@@ -102,6 +104,9 @@ class SagaTable:
     ----------
     grads : ndarray (N, d)
         Initial h_j, e.g. every row's gradient at the centre θ* (one full pass).
+    on_disk : bool
+        Keep the table (float32) and the per-row ages in anonymous temporary files instead of
+        memory, for models whose rows are ``pms.Data``.
 
     Attributes
     ----------
@@ -114,12 +119,19 @@ class SagaTable:
         so that K_{β_j} = drift_now − drift_at[j] in O(1) per row without a history.
     """
 
-    def __init__(self, grads):
-        self.grads = np.array(grads, dtype=float)
-        self.total = self.grads.sum(axis=0)
-        n = self.grads.shape[0]
-        self.updated_at = np.zeros(n, dtype=np.int64)
-        self.drift_at = np.zeros(n)
+    def __init__(self, grads, on_disk=False):
+        n = grads.shape[0]
+        # tall data (pms.Data): the N×d table would not fit in memory (25 GB at 10⁸ × 31 in
+        # float64), so it lives in an anonymous float32 file, deleted when the table is
+        if on_disk:
+            self.grads = _disk_array(grads.shape, np.float32)
+            for start in range(0, n, 1 << 20):
+                self.grads[start : start + (1 << 20)] = grads[start : start + (1 << 20)]
+        else:
+            self.grads = np.array(grads, dtype=float)
+        self.total = self.grads.sum(axis=0, dtype=float)
+        self.updated_at = _disk_array(n, np.int64) if on_disk else np.zeros(n, dtype=np.int64)
+        self.drift_at = _disk_array(n, np.float64) if on_disk else np.zeros(n)
         self.drift = 0.0
         self.iteration = 0
 
@@ -146,9 +158,18 @@ class SagaTable:
         self.iteration += 1
 
 
-def row_gradient_table(tall, theta, chunk_size=DEFAULT_CHUNK_SIZE):
-    """∇ℓ_k(θ) for every row k, shape (N, d), computed in row chunks (one full pass)."""
-    out = np.empty((tall.n_rows, tall.ndim))
+def _disk_array(shape, dtype):
+    """A zero-filled array in an anonymous temporary file (removed when the array is freed)."""
+    return np.memmap(tempfile.TemporaryFile(prefix="pms_saga_"), dtype=dtype, mode="w+", shape=shape)
+
+
+def row_gradient_table(tall, theta, chunk_size=DEFAULT_CHUNK_SIZE, on_disk=False):
+    """∇ℓ_k(θ) for every row k, shape (N, d), computed in row chunks (one full pass).
+
+    With ``on_disk`` the table is a float32 file-backed array (for ``pms.Data`` models).
+    """
+    shape = (tall.n_rows, tall.ndim)
+    out = _disk_array(shape, np.float32) if on_disk else np.empty(shape)
     for start in range(0, tall.n_rows, chunk_size):
         stop = min(start + chunk_size, tall.n_rows)
         out[start:stop] = tall.loglik_rows_and_grads(theta, tall.row_slice(start, stop))[1]
@@ -293,9 +314,10 @@ class SGGradient:
 
     def new_table(self):
         """A fresh SAGA table at θ* (the full pass is done once and copied per chain)."""
+        on_disk = any(leaf.streamed for leaf in self.tall.leaves)
         if self._table0 is None:
-            self._table0 = row_gradient_table(self.tall, self.proxy.center, self.chunk_size)
-        return SagaTable(self._table0)
+            self._table0 = row_gradient_table(self.tall, self.proxy.center, self.chunk_size, on_disk)
+        return SagaTable(self._table0, on_disk)
 
     def _draw(self, rng, cdf):
         # inverse-CDF sampling with replacement: O(m log N) instead of rng.choice's O(N)

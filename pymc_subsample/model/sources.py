@@ -7,8 +7,9 @@ with ``shape``, ``dtype`` and slicing, and offers the two reads a tall model nee
   time (memory bounded by the pass's chunk) and checked for NaN chunk by chunk;
 - ``take(idx)``: the rows of a subsample. Indices are sorted and grouped by native chunk, and
   decoded chunks are kept in a small LRU cache, so a block update of an HMC-ECS subsample (m/G
-  new rows) reads few chunks. Memmaps are indexed directly: the operating system's page cache
-  is their chunk cache.
+  new rows) reads few chunks. ``.npy`` files and memmaps are read row by row (runs of
+  consecutive rows in one read): a random row costs one page read, and the operating system's
+  page cache is their chunk cache.
 
 Nothing ever loads the N rows. A source pickles by reference (path, store), never by value, so
 that full passes can be shipped to Dask workers.
@@ -25,6 +26,8 @@ import numpy as np
 __all__ = ["RowSource", "as_row_source"]
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
+#: kinds read row by row without a chunk cache (random access costs a page read)
+_DIRECT = ("npy", "memmap")
 _DEFAULT_CHUNK_ROWS = 20_000
 
 
@@ -37,7 +40,7 @@ class RowSource:
         Supports ``shape``, ``dtype`` and ``array[a:b]``; a Dask array, zarr array or memmap.
     name : str
         Used in error messages.
-    kind : {"memmap", "zarr", "dask", "array"}
+    kind : {"npy", "memmap", "zarr", "dask", "array"}
     boundaries : ndarray of int
         Native chunk edges along the rows, from 0 to N.
     description : dict
@@ -94,7 +97,7 @@ class RowSource:
     # ------------------------------------------------------------------ reads
     def rows(self, start, stop) -> np.ndarray:
         """Contiguous rows, one native chunk at a time, each checked for NaN (names the chunk)."""
-        if self.kind == "memmap":
+        if self.kind in _DIRECT:
             out = np.array(self.array[start:stop])
             self._check_finite(out, start, stop)
             return out
@@ -112,7 +115,7 @@ class RowSource:
         unique, inverse = np.unique(idx, return_inverse=True)
         if unique.size and (unique[0] < 0 or unique[-1] >= self.n_rows):
             raise IndexError(f"row index out of range 0..{self.n_rows - 1} for pms.Data {self.name!r}")
-        if self.kind == "memmap":
+        if self.kind in _DIRECT:
             out = np.asarray(self.array[unique])
             self._check_finite(out, None, None)
             return out[inverse.reshape(idx.shape)]
@@ -189,7 +192,7 @@ def _open_path(path, name):
             "store, or an array object."
         )
     if path.suffix == ".npy":
-        return np.load(path, mmap_mode="r")
+        return NpyRows(path)
     try:
         import zarr
     except ImportError as err:  # pragma: no cover - depends on the optional extra
@@ -217,12 +220,14 @@ def _describe(source, name, chunk_rows):
         description["path"] = str(getattr(source.store, "root", source.store))
     else:
         boundaries = np.append(np.arange(0, n, chunk_rows or _DEFAULT_CHUNK_ROWS), n)
-        if kind == "memmap":
+        if kind in _DIRECT:
             description["path"] = str(source.filename)
     return kind, boundaries, description
 
 
 def _kind(source) -> str:
+    if isinstance(source, NpyRows):
+        return "npy"
     if isinstance(source, np.memmap):
         return "memmap"
     module = type(source).__module__
@@ -236,3 +241,50 @@ def _kind(source) -> str:
         f"Cannot read rows from a {type(source).__name__}; pms.Data takes a .npy path, a zarr store "
         "path or array, a NumPy memmap, a Dask array, or an array-like with shape, dtype and slicing."
     )
+
+
+class NpyRows:
+    """Rows of a C-ordered ``.npy`` file read with ``os.pread``, not mapped into memory.
+
+    A memmap would do the same reads, but every page a full pass touches stays mapped and counts
+    towards the process's resident memory (the whole file after one pass); ``pread`` copies only
+    what is asked for. Runs of consecutive rows are read in one call.
+    """
+
+    def __init__(self, path):
+        self.filename = str(path)
+        with open(self.filename, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                      else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = reader(f)
+            self.offset = f.tell()
+        if fortran and len(shape) > 1:
+            raise ValueError(f"{self.filename!r} is stored in Fortran order; save it C-ordered "
+                             "(np.save(path, np.ascontiguousarray(a))) so that rows are contiguous.")
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self._fd = None
+
+    def _read(self, start, count) -> np.ndarray:
+        if self._fd is None:
+            self._fd = os.open(self.filename, os.O_RDONLY)
+        buf = os.pread(self._fd, count * self.row_bytes, self.offset + start * self.row_bytes)
+        return np.frombuffer(buf, dtype=self.dtype).reshape((count, *self.shape[1:]))
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(self.shape[0])
+            return self._read(start, max(stop - start, 0))
+        idx = np.asarray(key, dtype=np.int64)  # sorted, unique (RowSource.take)
+        if idx.size == 0:
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+        return np.concatenate([self._read(int(run[0]), run.size) for run in np.split(idx, breaks)])
+
+    def __getstate__(self):
+        return dict(self.__dict__, _fd=None)
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)

@@ -1,0 +1,144 @@
+"""Data beyond RAM (issue 12): HMCECS on logistic regression with X and y in zarr on local disk.
+
+Synthetic logistic regression, d = 31 features, float32, rows in zarr chunks of ``--chunk-rows``
+rows; the model reads them through ``pms.Data``. Each N runs in its own process, so that its
+peak resident memory (``ru_maxrss``) is its own. Per N it prints:
+- pass: seconds of one streamed full pass (Σℓ and ∇Σℓ at θ = 0, chunks of 20,000 rows);
+- set-up: seconds to build ``pms.HMCECS(subsample_size=1000, num_blocks=100)`` (centre, proxy
+  sums, compilation) and the same in full passes;
+- ms/iter: wall-clock per HMCECS iteration inside ``pm.sample`` (tune + draws, 1 chain);
+- peak RSS in GB;
+- agreement: max over coefficients of |posterior mean − true β|/posterior sd, and against the
+  Laplace approximation at the centre (its precision comes from the set-up's one streamed pass):
+  max |Δmean|/sd_Laplace and the range of sd/sd_Laplace.
+
+Usage: python benchmarks/scale.py [--rows 100000 1000000 10000000 100000000] [--dir /tmp/pms_scale]
+       [--format zarr|npy] [--chunk-rows 4096] [--draws 300]
+The data are written once per N under --dir (12.4 GB at N = 10⁸) and reused.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+D = 31
+WRITE_BLOCK = 1_000_000
+
+
+def write_data(root: Path, n_rows: int, chunk_rows: int, fmt: str, seed=0):
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / "done").exists():
+        return
+    rng = np.random.default_rng(seed)
+    beta = rng.normal(scale=0.5, size=D) / np.sqrt(D / 4)
+    if fmt == "zarr":
+        import zarr
+
+        X = zarr.create_array(str(root / "X.zarr"), shape=(n_rows, D), dtype="float32",
+                              chunks=(chunk_rows, D), overwrite=True)
+        y = zarr.create_array(str(root / "y.zarr"), shape=(n_rows,), dtype="float32",
+                              chunks=(chunk_rows,), overwrite=True)
+    else:
+        X = np.lib.format.open_memmap(root / "X.npy", mode="w+", dtype="float32", shape=(n_rows, D))
+        y = np.lib.format.open_memmap(root / "y.npy", mode="w+", dtype="float32", shape=(n_rows,))
+    for start in range(0, n_rows, WRITE_BLOCK):
+        stop = min(start + WRITE_BLOCK, n_rows)
+        x = rng.standard_normal((stop - start, D), dtype=np.float32)
+        X[start:stop] = x
+        y[start:stop] = (rng.random(stop - start) < 1 / (1 + np.exp(-(x @ beta)))).astype(np.float32)
+    np.save(root / "beta.npy", beta)
+    (root / "done").write_text("ok")
+
+
+def run_one(root: Path, draws: int, fmt: str) -> dict:
+    import arviz as az
+    import pymc as pm
+
+    import pymc_subsample as pms
+    from pymc_subsample.model.chunks import chunked_sum
+
+    warnings.filterwarnings("ignore", message="Could not extract data from symbolic observation")
+    with pm.Model() as model:
+        X = pms.Data("X", root / f"X.{fmt}")
+        y = pms.Data("y", root / f"y.{fmt}")
+        beta = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("obs", logit_p=X @ beta, observed=y)
+    out = {}
+    t0 = time.perf_counter()
+    with model:
+        step = pms.HMCECS(subsample_size=1000, num_blocks=100)
+    out["setup_s"] = time.perf_counter() - t0
+    tall = step.tall
+    t0 = time.perf_counter()
+    chunked_sum(tall, tall.loglik_sum_value_and_grad, np.zeros(D))
+    out["pass_s"] = time.perf_counter() - t0
+    with model:
+        t0 = time.perf_counter()
+        idata = pm.sample(step=step, draws=draws, tune=draws, chains=1, random_seed=1,
+                          progressbar=False, compute_convergence_checks=False)
+    out["ms_per_iter"] = 1e3 * (time.perf_counter() - t0) / (2 * draws)
+    post = idata.posterior["beta"].values.reshape(-1, D)
+    mean, sd = post.mean(axis=0), post.std(axis=0)
+    true_beta = np.load(root / "beta.npy")
+    cov = np.linalg.inv(step.target.laplace_precision())
+    lap_mean, lap_sd = step.target.center, np.sqrt(np.diag(cov))
+    out["max_z_true"] = float(np.max(np.abs(mean - true_beta) / sd))
+    out["max_dmean_laplace"] = float(np.max(np.abs(mean - lap_mean) / lap_sd))
+    ratio = sd / lap_sd
+    out["sd_ratio_range"] = [float(ratio.min()), float(ratio.max())]
+    out["min_ess"] = float(np.min(az.ess(idata, method="bulk")["beta"].values))
+    out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6, 1e7, 1e8])
+    parser.add_argument("--dir", default="/tmp/pms_scale")
+    parser.add_argument("--chunk-rows", type=int, default=4096)
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--format", choices=["zarr", "npy"], default="zarr")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(run_one(Path(args.one), args.draws, args.format)))
+        return
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; d = {D}, "
+          f"float32 {args.format}" + (f", chunks of {args.chunk_rows} rows" if args.format == "zarr" else "")
+          + "; HMCECS m = 1000, 100 blocks, "
+          f"{args.draws} + {args.draws} iterations, 1 chain")
+    print(f"{'N':>11} {'write s':>8} {'pass s':>7} {'set-up s':>8} {'passes':>6} {'ms/iter':>7} "
+          f"{'RSS GB':>6} {'z true':>6} {'Δ/sd Lap':>8} {'sd/sd Lap':>11} {'ESS':>5}")
+    base = None
+    for n in map(int, args.rows):
+        root = Path(args.dir) / f"{args.format}_n{n}_c{args.chunk_rows}"
+        t0 = time.perf_counter()
+        write_data(root, n, args.chunk_rows, args.format)
+        written = time.perf_counter() - t0
+        proc = subprocess.run([sys.executable, __file__, "--one", str(root), "--draws", str(args.draws),
+                               "--format", args.format],
+                              capture_output=True, text=True)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if not line:
+            print(f"{n:>11} failed:\n{proc.stderr[-2000:]}")
+            continue
+        r = json.loads(line[0][7:])
+        base = base or r["ms_per_iter"]
+        print(f"{n:>11} {written:>8.1f} {r['pass_s']:>7.2f} {r['setup_s']:>8.1f} "
+              f"{r['setup_s'] / r['pass_s']:>6.1f} {r['ms_per_iter']:>7.2f} {r['peak_rss_gb']:>6.2f} "
+              f"{r['max_z_true']:>6.2f} {r['max_dmean_laplace']:>8.2f} "
+              f"{r['sd_ratio_range'][0]:>5.2f}-{r['sd_ratio_range'][1]:<5.2f} {r['min_ess']:>5.0f}"
+              f"   iteration {r['ms_per_iter'] / base:.2f}x that at the first N")
+
+
+if __name__ == "__main__":
+    main()
