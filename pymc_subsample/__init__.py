@@ -11,12 +11,14 @@ from pymc_subsample.diagnostics import Comparison, compare, plot_compare, sign_w
 from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.model import TallModel
 from pymc_subsample.model.streamed import Data, StreamedDataError, data_sources
+from pymc_subsample.step_methods.firefly import FireflyMC
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
 
 __all__ = [
+    "FireflyMC",
     "HMCECS",
     "ISS",
     "SGFS",

@@ -1,9 +1,10 @@
 """PyMC step methods over the subsampling kernels."""
 
 from pymc_subsample.step_methods.base import SubsampleStep
+from pymc_subsample.step_methods.firefly import FireflyMC
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
 
-__all__ = ["HMCECS", "ISS", "SGFS", "SGHMC", "SGLD", "SubsampleMH", "SubsampleStep"]
+__all__ = ["FireflyMC", "HMCECS", "ISS", "SGFS", "SGHMC", "SGLD", "SubsampleMH", "SubsampleStep"]

@@ -1,0 +1,337 @@
+"""``pms.FireflyMC``: Firefly Monte Carlo, exact MCMC that reads a few rows per iteration.
+
+Maclaurin & Adams (IJCAI 2014; seed 002, "Firefly MCMC"). Each row k has a brightness
+z_k ∈ {0, 1}; the augmented target π(θ) ∏_k B_k(θ) ∏_{z_k=1} (L_k − B_k)/B_k has the posterior
+as its θ-marginal for any lower bounds 0 < B_k ≤ L_k. One iteration is a Gibbs sweep:
+
+1. z | θ: implicit brightness update (§3.2), a Metropolis-Hastings flip proposal for every
+   bright row and for a Binomial(N, q) set of dark rows (:mod:`pymc_subsample.kernels.firefly`);
+2. θ | z: PyMC's own NUTS (or HMC) on log π + Σ_k log B_k (collapsed, O(d²)) + the bright
+   rows' log((L_k − B_k)/B_k), as HMCECS runs PyMC's NUTS on its subsampled potential.
+
+The bounds are collapsible (:mod:`pymc_subsample.control_variates.firefly_bounds`): the
+Jaakkola-Jordan bound tightened at the centre θ* for logistic regression, or the user's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.state import dataclass_state
+
+from pymc_subsample.control_variates.firefly_bounds import (
+    CollapsibleBound,
+    SlackBound,
+    check_slack,
+    collapse_bound,
+    resolve_bound,
+    row_coefficients,
+)
+from pymc_subsample.diagnostics.progress import StatColumn
+from pymc_subsample.diagnostics.run_checks import RunCheck
+from pymc_subsample.kernels.firefly import (
+    BrightRows,
+    FireflyPotential,
+    bright_log_odds,
+    flip_bright,
+    flip_dark,
+    propose_dark,
+)
+from pymc_subsample.kernels.tuning import laplace_draws
+from pymc_subsample.model.glm import FAMILIES, linear_predictor_model
+from pymc_subsample.step_methods.base import BASE_KWARGS, SubsampleStep, SubsampleStepState, warn_poor
+
+__all__ = ["FireflyMC", "FireflyState"]
+
+PILOT_ROWS = 2000  # rows and Laplace draws of the set-up pilot that chooses q
+PILOT_DRAWS = 20
+SLACK_FACTOR = 50.0  # "auto" slack ε = 50 × the tight bound's mean bright probability ...
+MAX_AUTO_SLACK = 0.02  # ... at most 2% of the rows bright for the slack alone
+MIN_PROPOSED = 64  # q ≥ 64/N: some dark rows are examined every iteration whatever the pilot says
+BOUND_TOLERANCE = 1e-9  # r_k = ℓ_k − log B_k below −tol·(1 + |r_k|) is a broken bound, not rounding
+
+
+@dataclass_state
+class FireflyState(SubsampleStepState):
+    inner: Any
+    bright: Any
+    started: bool = False
+    bound_warned: bool = False
+
+
+class FireflyMC(SubsampleStep):
+    r"""Firefly Monte Carlo step method: pass to ``pm.sample(step=pms.FireflyMC(...))``.
+
+    Parameters
+    ----------
+    vars : list, optional
+        All free variables of the model (the default).
+    bound : CollapsibleBound, optional
+        The lower bound log B_k(η) = a_k + b_k η + c_k η² ≤ ℓ_k(η) (see
+        :mod:`pymc_subsample.control_variates.firefly_bounds` for the interface). None: the
+        Jaakkola-Jordan bound tight at the centre (logistic regression); other likelihoods
+        need a bound, else a ValueError.
+    slack : float in [0, 1) or "auto"
+        ε: the bound used is (1 − ε)·B_k, a lower bound that is never tight (``SlackBound``).
+        A tight bound (ε = 0, the MAP-tuned bound of Maclaurin & Adams) puts a zero of the
+        θ | z density through the point of contact, which HMC cannot cross; ε > 0 fills it at
+        the cost of about εN more bright rows. "auto": 50 times the tight bound's mean
+        P(z_k = 1 | θ) on a pilot at Laplace draws, at most 0.02.
+    proposal_rate : float in (0, 1] or "auto"
+        q, the probability that a dark row is proposed to turn bright at each iteration
+        (Maclaurin & Adams §3.2); each iteration reads about qN dark rows. "auto": the 99%
+        quantile of the odds (L_k − B_k)/B_k over a pilot of 2000 rows at 20 draws from the
+        Laplace approximation, at least 64/N: rows whose odds stay below q get a fresh z_k
+        at every iteration (see :mod:`pymc_subsample.kernels.firefly`).
+    inner : {"nuts", "hmc"}
+        PyMC's NUTS, or HMC with ``trajectory_length`` (default 1.2 on the Laplace scale).
+    target_accept : float
+        Dual-averaging target of the inner sampler.
+    max_bright_fraction : float in (0, 1]
+        Warn when the mean fraction of bright rows exceeds it (default 0.2): the bound is
+        too loose for subsampling to pay off.
+    center : dict, array or None
+        θ*, where the default bound is tight; None: the default centre of
+        :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
+    model : pm.Model, optional
+    **kwargs
+        ``rng``, ``initial_point``, ``chunk_size``, ``client``; others go to the inner NUTS/HMC.
+
+    Notes
+    -----
+    ``is_exact`` is True: the θ-marginal of the augmented target is the posterior for any
+    valid bound; the bound only sets the cost (the number of bright rows). The mass matrix is
+    the Laplace precision at θ*. Each chain starts from a Laplace draw around θ* with every
+    row dark. A run that meets a row with log B_k > ℓ_k (a user bound that is not a bound)
+    warns once per chain: the draws are then not exact.
+
+    Stats: the inner sampler's (``diverging``, ``energy``, ``step_size``,
+    ``acceptance_rate``, ``n_steps``, ``tree_depth``, …), ``n_bright`` (bright rows during
+    this iteration's θ-update), ``n_proposed`` (dark rows examined by the brightness update),
+    ``n_loglik_evals`` (row likelihood evaluations this iteration: bright and examined rows in
+    the brightness update plus the bright rows at every point of the θ-trajectory) and
+    ``n_grad_evals`` (the latter part).
+    """
+
+    name = "firefly"
+    is_exact = True
+    _state_class = FireflyState
+    stats_dtypes_shapes = {
+        "diverging": (bool, []),
+        "divergences": (np.int64, []),
+        "energy": (np.float64, []),
+        "energy_error": (np.float64, []),
+        "max_energy_error": (np.float64, []),
+        "step_size": (np.float64, []),
+        "step_size_bar": (np.float64, []),
+        "acceptance_rate": (np.float64, []),
+        "n_steps": (np.int64, []),
+        "tree_depth": (np.int64, []),
+        "perf_counter_diff": (np.float64, []),
+        "n_bright": (np.int64, []),
+        "n_proposed": (np.int64, []),
+        "n_loglik_evals": (np.int64, []),
+        "n_grad_evals": (np.int64, []),
+    }
+    _INNER_STATS = {
+        "mean_tree_accept": "acceptance_rate",
+        "accept": "acceptance_rate",
+        "depth": "tree_depth",
+        "tree_size": "n_steps",
+    }
+
+    def __init__(self, vars=None, *, bound=None, slack="auto", proposal_rate="auto", inner="nuts",
+                 target_accept=0.8, trajectory_length=None, max_bright_fraction=0.2, center=None, model=None,
+                 **kwargs):
+        if inner not in ("nuts", "hmc"):
+            raise ValueError(f"inner must be 'nuts' or 'hmc'; got {inner!r}.")
+        if bound is not None and not isinstance(bound, CollapsibleBound):
+            resolve_bound(None, bound)  # the TypeError that says what a bound must be
+        if slack != "auto":
+            slack = check_slack(slack)
+        if proposal_rate != "auto" and not _is_probability(proposal_rate):
+            raise ValueError(
+                f"proposal_rate must be 'auto' or a probability in (0, 1]; got {proposal_rate!r}.")
+        if not _is_probability(max_bright_fraction):
+            raise ValueError(f"max_bright_fraction must be in (0, 1]; got {max_bright_fraction!r}.")
+        self._model, self._bound_arg = pm.modelcontext(model), bound
+        base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
+        # proxy_order=2: the target's one pass gives Σ H_k(θ*) for the Laplace mass matrix
+        super().__init__(vars, model=model, center=center, proxy_order=2, **base_kwargs)
+        self.glm = linear_predictor_model(self.tall)
+        precision = self.target.laplace_precision()
+        self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
+        self.max_bright_fraction = float(max_bright_fraction)
+        self.bound, self.slack, self.expected_bright_fraction, auto_rate = self._choose_bound(
+            resolve_bound(self.glm.family, bound), slack, precision)
+        self.proposal_rate = auto_rate if proposal_rate == "auto" else float(proposal_rate)
+        if self.expected_bright_fraction > self.max_bright_fraction:
+            warn_poor(self._loose_message(f"{self.expected_bright_fraction:.1%}", "expected from a pilot"))
+        chunk = {"chunk_size": base_kwargs["chunk_size"]} if "chunk_size" in base_kwargs else {}
+        self.collapsed = collapse_bound(self.glm, self.bound, self.proxy.center, **chunk)
+        self.potential = FireflyPotential(self.glm.family, self.tall.prior_value_and_grad, self.collapsed,
+                                          self.tall.theta.dtype)
+        self.inner = self._make_inner(inner, precision, trajectory_length, target_accept, kwargs)
+        self.bright = BrightRows.empty(self.tall.ndim)
+        self.started = False
+        self.bound_warned = False
+
+    def check_arguments(self, n_rows):
+        """The likelihood must be one of the GLM families, and have a bound, before any set-up."""
+        observed = self._model.observed_RVs
+        ops = {family: spec[0] for family, spec in FAMILIES.items()}
+        family = next((f for f, op in ops.items() if len(observed) == 1
+                       and isinstance(observed[0].owner.op, op)), None)
+        if family is None:
+            raise ValueError(
+                "FireflyMC needs one observed pm.Bernoulli(logit_p=η) or pm.Poisson(mu=exp(η)) variable "
+                "with η affine in the parameters (a GLM) to build collapsible bounds; this model has "
+                f"{[type(rv.owner.op).__name__ for rv in observed]}. Use pms.HMCECS or pms.SubsampleMH.")
+        resolve_bound(family, self._bound_arg)
+
+    # ------------------------------------------------------------------ set-up
+    def _choose_bound(self, bound, slack, precision):
+        """Slack ε, the final bound, its mean P(z_k = 1 | θ) and q, from a pilot at Laplace draws.
+
+        The pilot (2000 rows, 20 draws, fixed seed: the same model gives the same choices) gives
+        p̄, the mean bright probability under the tight bound. "auto" slack: ε = 50 p̄ (at most
+        0.02), which fills the bound's zero over the posterior's spread of η_k (see
+        ``SlackBound``) at about 50 times the tight bound's bright rows. q: the 99% quantile of
+        the odds (L_k − B_k)/B_k under the final bound, at least 64/N.
+        """
+        n = self.tall.n_rows
+        rng = np.random.default_rng(0)
+        batch = self.tall.gather(np.sort(rng.choice(n, size=min(n, PILOT_ROWS), replace=False)))
+        y, eta_center = self.glm.observed(batch), self.glm.eta(self.proxy.center, batch)
+        etas = [self.glm.eta(theta, batch) for theta in laplace_draws(rng, self.proxy.center, precision,
+                                                                       PILOT_DRAWS)]
+
+        def odds(b):
+            a_, b_, c_ = row_coefficients(b, eta_center, y)
+            family = self.glm.family
+            return np.exp(np.concatenate([bright_log_odds(family, e, y, a_, b_, c_)[0] for e in etas]))
+
+        if slack == "auto":
+            tight = odds(bound)
+            slack = min(SLACK_FACTOR * float(np.mean(tight / (1.0 + tight))), MAX_AUTO_SLACK)
+        if slack > 0:
+            bound = SlackBound(bound, slack)
+        final = odds(bound)
+        rate = float(np.clip(np.quantile(final, 0.99), min(1.0, MIN_PROPOSED / n), 1.0))
+        return bound, float(slack), float(np.mean(final / (1.0 + final))), rate
+
+    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
+        kwargs = dict(kwargs, scaling=precision, is_cov=False, vars=self.tall.value_vars,
+                      model=self.tall.model, logp_dlogp_func=self.potential,
+                      target_accept=target_accept, rng=self.rng.spawn(1)[0])
+        if inner == "hmc":
+            return pm.HamiltonianMC(path_length=1.2 if trajectory_length is None else trajectory_length,
+                                    **kwargs)
+        return pm.NUTS(**kwargs)
+
+    def _loose_message(self, fraction, how):
+        return (f"FireflyMC: {fraction} of the rows are bright ({how}), above max_bright_fraction = "
+                f"{self.max_bright_fraction:.0%}: the bound is too loose for subsampling to pay off, and "
+                "full-data NUTS (pm.sample() without step=) will be faster. Pass a center nearer the "
+                "posterior mode (the default bound is tight there) or a tighter bound=.")
+
+    # -------------------------------------------------------------- sampling
+    def astep(self, q0):
+        if not self.started:
+            # start near θ*, where the MAP-tuned bound is tight and few rows are bright
+            self.started = True
+            self.bright = BrightRows.empty(self.tall.ndim)
+            jitter = self._laplace_chol @ self.rng.standard_normal(self.tall.ndim)
+            q0 = RaveledVars((self.proxy.center + jitter).astype(q0.data.dtype), q0.point_map_info)
+        before = self.potential.n_rows_evaluated
+        # 1. z | θ (Maclaurin & Adams §3.2)
+        n_examined, n_proposed = self._update_brightness(np.asarray(q0.data, dtype=float))
+        # 2. θ | z: PyMC's NUTS/HMC on the bright-row potential
+        self.potential.bright = self.bright
+        q_new, (inner_stats,) = self.inner.astep(q0)
+        grad_rows = self.potential.n_rows_evaluated - before
+        stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
+        stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats.setdefault("tree_depth", 0)
+        stats.update(n_bright=self.bright.size, n_proposed=n_proposed,
+                     n_loglik_evals=n_examined + grad_rows, n_grad_evals=grad_rows)
+        return q_new, [stats]
+
+    def _update_brightness(self, theta):
+        """One MH flip move per bright row and per proposed dark row; returns (rows read, dark rows read)."""
+        rng, glm, rate, rows = self.rng, self.glm, self.proposal_rate, self.bright
+        kept = rows
+        if rows.size:
+            log_odds, r = bright_log_odds(glm.family, rows.eta(theta), rows.y, rows.a, rows.b, rows.c)
+            self._check_bound(r)
+            kept = rows.select(~flip_bright(rng, log_odds, rate))
+        proposed = propose_dark(rng, self.tall.n_rows, rate, rows.idx)
+        if proposed.size:
+            batch = self.tall.gather(proposed)
+            y = glm.observed(batch)
+            a, b, c = row_coefficients(self.bound, glm.eta(self.proxy.center, batch), y)
+            log_odds, r = bright_log_odds(glm.family, glm.eta(theta, batch), y, a, b, c)
+            self._check_bound(r)
+            on = flip_dark(rng, log_odds, rate)
+            if on.any():
+                sub = tuple(x[on] for x in batch)
+                new = BrightRows(proposed[on], glm.eta_offset(sub), glm.eta_jacobian(sub), y[on],
+                                 a[on], b[on], c[on])
+                kept = kept.merge(new)
+        self.bright = kept
+        return rows.size + proposed.size, proposed.size
+
+    def _check_bound(self, r):
+        if self.bound_warned or not np.any(r < -BOUND_TOLERANCE * (1.0 + np.abs(r))):
+            return
+        self.bound_warned = True
+        warn_poor(
+            f"FireflyMC: the bound {type(self.bound).__name__} is above the likelihood on some rows "
+            f"(log B_k − ℓ_k up to {-float(np.min(r)):.3g}), so it is not a lower bound and the draws "
+            "are not exact. Fix its coefficients(eta_center, y) so that a + bη + cη² ≤ ℓ(η) for every η. "
+            "Warned once per chain.")
+
+    # ------------------------------------------------------ tuning and checks
+    def stop_tuning(self):
+        super().stop_tuning()
+        self.inner.stop_tuning()
+
+    def reset_tuning(self):
+        self.inner.reset_tuning()
+        self.tune = True
+        self.started = False
+
+    def set_rng(self, rng):
+        super().set_rng(rng)
+        self.inner.set_rng(self.rng.spawn(1)[0])
+
+    def progress_columns(self):
+        return [StatColumn("n_bright", "bright", "{:.0f}"), StatColumn("step_size", "step", "{:.3g}"),
+                StatColumn("divergences", "div", "{:.0f}")]
+
+    def progress_failing(self, stats):
+        return stats.get("divergences", 0) > 0
+
+    ess_remedy = ("Check that the centre is near the posterior mode (few bright rows), raise "
+                  "proposal_rate so that brightness mixes faster, or run more draws.")
+
+    def run_checks(self):
+        """ESS and the mean bright fraction after warm-up."""
+        n = self.tall.n_rows
+
+        def bright_fraction(thetas, stats):
+            values = np.asarray(stats.get("n_bright", []), dtype=float)
+            return float(values.mean()) / n if values.size else float("nan")
+
+        return super().run_checks() + [RunCheck(
+            "bright", bright_fraction, lambda v: bool(np.isfinite(v) and v > self.max_bright_fraction),
+            self._loose_message("{value:.1%}", "mean after warm-up"))]
+
+
+def _is_probability(value) -> bool:
+    """A number in (0, 1] (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float, np.number))
+            and 0 < value <= 1)
