@@ -311,3 +311,20 @@ def test_skin_segmentation_against_full_data_nuts():
     assert result.table["abs_mean_diff_over_sd"].max() <= 0.1
     assert result.table["sd_ratio"].between(0.9, 1.1).all()
     assert float(idata.sample_stats.n_bright.mean()) < 0.01 * len(data.y)
+
+
+def test_a_model_without_affine_predictor_is_refused_before_the_centre(monkeypatch):
+    import pymc_subsample.step_methods.base as base
+
+    def no_centre(*args, **kwargs):
+        raise AssertionError("the centre's full passes ran before the model check")
+
+    monkeypatch.setattr(base, "resolve_center", no_centre)
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(300, 2)), (rng.random(300) < 0.5).astype(float)
+    with pm.Model():
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        scale = pm.HalfNormal("scale")
+        pm.Bernoulli("obs", logit_p=scale * (X @ beta), observed=y)
+        with pytest.raises(ValueError, match="not affine in the free variables"):
+            pms.FireflyMC()

@@ -86,6 +86,7 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         self.check_arguments(observation_axis_length(model))
         self.tall = TallModel(model, vars)
         self.tall.client = client
+        self.check_model(self.tall)
         self.target = SubsampledTarget(
             self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size
         )
@@ -115,6 +116,9 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
 
     def check_arguments(self, n_rows: int):
         """Validate the step's own arguments against N before any set-up (subclasses extend)."""
+
+    def check_model(self, tall):
+        """Checks that need the tall model but not the centre, before any full pass (subclasses)."""
 
     @staticmethod
     def competence(var, has_grad):

@@ -161,7 +161,6 @@ class FireflyMC(SubsampleStep):
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
         # proxy_order=2: the target's one pass gives Σ H_k(θ*) for the Laplace mass matrix
         super().__init__(vars, model=model, center=center, proxy_order=2, **base_kwargs)
-        self.glm = linear_predictor_model(self.tall)
         precision = self.target.laplace_precision()
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.max_bright_fraction = float(max_bright_fraction)
@@ -191,6 +190,10 @@ class FireflyMC(SubsampleStep):
                 "with η affine in the parameters (a GLM) to build collapsible bounds; this model has "
                 f"{[type(rv.owner.op).__name__ for rv in observed]}. Use pms.HMCECS or pms.SubsampleMH.")
         resolve_bound(family, self._bound_arg)
+
+    def check_model(self, tall):
+        """The GLM view (η affine in θ), before the centre's full passes."""
+        self.glm = linear_predictor_model(tall)
 
     # ------------------------------------------------------------------ set-up
     def _choose_bound(self, bound, slack, precision):
