@@ -191,3 +191,16 @@ def test_saga_table_of_streamed_data_lives_on_disk_in_float32(tmp_path):
         assert table.grads.dtype == (np.float32 if streamed else np.float64)
     # float32 table entries: the same chain up to rounding
     np.testing.assert_allclose(draws[True], draws[False], atol=1e-4)
+
+
+def test_long_full_passes_show_a_progress_bar_and_are_counted(tmp_path, capsys):
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(30_000, D))
+    y = (rng.random(30_000) < 0.5).astype(float)
+    np.save(tmp_path / "X.npy", X)
+    for progressbar in (True, False):
+        with _model(tmp_path / "X.npy", y):
+            step = pms.HMCECS(subsample_size=200, chunk_size=2_000, progressbar=progressbar)
+        shown = capsys.readouterr().out
+        assert ("full-data pass" in shown) == progressbar
+        assert step.tall.full_passes >= 2  # the centre's Newton step and the proxy sums at least

@@ -8,11 +8,16 @@ compiled function and the tall model travel once per worker, the rows never leav
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "resolve_client"]
 
 DEFAULT_CHUNK_SIZE = 20_000
+#: a full pass shows a progress bar when it has at least this many chunks (and the tall model's
+#: ``progressbar`` is on): shorter passes finish before a bar would be read
+PROGRESS_MIN_CHUNKS = 10
 
 
 def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
@@ -34,13 +39,31 @@ def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
     n = tall.n_rows if rows is None else len(rows)
     ranges = [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
     client = resolve_client(tall) if rows is None else None
+    if rows is None:
+        tall.full_passes += 1
     if client is not None and len(ranges) > 1:
         return _distributed_sum(client, tall, fn, theta, ranges)
     total = None
-    for start, stop in ranges:
-        batch = tall.row_slice(start, stop) if rows is None else tall.gather(rows[start:stop])
-        total = _add(total, _as_floats(fn(theta, batch)))
+    with _progress(tall, len(ranges) if rows is None else 0) as advance:
+        for start, stop in ranges:
+            batch = tall.row_slice(start, stop) if rows is None else tall.gather(rows[start:stop])
+            total = _add(total, _as_floats(fn(theta, batch)))
+            advance()
     return tuple(total)
+
+
+@contextmanager
+def _progress(tall, n_chunks):
+    """PyMC's own progress bar over the chunks of a long full pass; a no-op otherwise."""
+    if not getattr(tall, "progressbar", False) or n_chunks < PROGRESS_MIN_CHUNKS:
+        yield lambda: None
+        return
+    from pymc.progress_bar.rich_progress import CustomProgress
+    from rich.progress import Progress
+
+    with CustomProgress(*Progress.get_default_columns()) as bar:
+        task = bar.add_task(f"full-data pass {tall.full_passes} ({tall.n_rows:,} rows)", total=n_chunks)
+        yield lambda: bar.update(task, advance=1)
 
 
 def resolve_client(tall):

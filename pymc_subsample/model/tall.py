@@ -53,6 +53,8 @@ class TallModel:
     def __init__(self, model=None, vars=None):
         self.model = pm.modelcontext(model)
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
+        self.progressbar = False  # progress bars over the chunks of long full passes
+        self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
         self.n_rows = observation_axis_length(self.model)
         self.value_vars = _check_value_vars(self.model, vars)
         self.initial_point = self.model.initial_point()

@@ -29,7 +29,7 @@ from pymc_subsample.model.tall import TallModel, observation_axis_length
 __all__ = ["BASE_KWARGS", "SubsampleStepState", "SubsampleStep", "check_size", "resolve_center", "warn_poor"]
 
 #: keyword arguments of :class:`SubsampleStep` that subclasses with their own ``**kwargs`` pass on
-BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client")
+BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client", "progressbar")
 
 
 @dataclass_state
@@ -63,6 +63,10 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     client : distributed.Client, optional
         Runs the full-data passes of a model with ``pms.Data`` on a Dask cluster (default: the
         active client, if any).
+    progressbar : bool
+        Show PyMC's progress bar over the chunks of the set-up's long full-data passes (10 or more
+        chunks); ``pm.sample(progressbar=False)`` cannot reach a step built before it, so pass
+        ``progressbar=False`` here too.
     """
 
     is_exact: bool = False
@@ -79,13 +83,14 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         rng=None,
         initial_point=None,
         client=None,
+        progressbar=True,
     ):
         model = pm.modelcontext(model)
         proxy_order = check_proxy_order(proxy_order)
         # cheap checks first: a wrong argument must not cost the user the set-up time
         self.check_arguments(observation_axis_length(model))
         self.tall = TallModel(model, vars)
-        self.tall.client = client
+        self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
         self.target = SubsampledTarget(
             self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size
