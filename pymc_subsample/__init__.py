@@ -16,6 +16,7 @@ from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
+from pymc_subsample.step_methods.zigzag import ZigZag
 
 __all__ = [
     "FireflyMC",
@@ -25,6 +26,7 @@ __all__ = [
     "SGHMC",
     "SGLD",
     "SubsampleMH",
+    "ZigZag",
     "Comparison",
     "Data",
     "StreamedDataError",

@@ -279,8 +279,13 @@ def test_model_without_a_bound_is_a_clear_error():
     rng = np.random.default_rng(0)
     with pm.Model():
         mu = pm.Normal("mu")
-        pm.Normal("y", mu, 1, observed=rng.normal(size=50))
+        pm.StudentT("y", nu=4, mu=mu, sigma=1, observed=rng.normal(size=50))
         with pytest.raises(ValueError, match="FireflyMC needs one observed pm.Bernoulli"):
+            pms.FireflyMC()
+    with pm.Model():
+        mu = pm.Normal("mu")
+        pm.Normal("y", mu, 1, observed=rng.normal(size=50))
+        with pytest.raises(ValueError, match="'normal_identity' likelihood .*itself quadratic"):
             pms.FireflyMC()
 
 

@@ -57,6 +57,17 @@ def test_poisson_with_offset_and_bambi_form(data):
     np.testing.assert_array_equal(glm.observed(batch), counts[10:20])
 
 
+def test_normal_with_known_sigma_is_the_identity_family(data):
+    X, y, _ = data
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Normal("obs", X @ beta, 0.5, observed=y)
+    tall, glm = _view(model)
+    assert glm.family == "normal_identity" and glm.sigma == 0.5 and glm.max_curvature == 4.0
+    batch = tall.gather(np.arange(5))
+    np.testing.assert_allclose(glm.eta(np.ones(3), batch), X[:5].sum(axis=1), rtol=1e-12)
+
+
 def test_sigmoid_of_p_is_the_logistic_family(data):
     X, y, _ = data
     with pm.Model() as model:
@@ -77,11 +88,16 @@ def test_non_affine_predictor_is_refused(data):
 
 def test_unsupported_family_and_link_are_refused(data):
     X, y, _ = data
-    with pm.Model() as normal:
+    with pm.Model() as student:
         beta = pm.Normal("beta", 0, 1, shape=3)
-        pm.Normal("obs", X @ beta, 1.0, observed=y)
-    with pytest.raises(ValueError, match="has distribution NormalRV.*pms.HMCECS"):
-        _view(normal)
+        pm.StudentT("obs", nu=4, mu=X @ beta, sigma=1.0, observed=y)
+    with pytest.raises(ValueError, match="has distribution StudentTRV.*pms.HMCECS"):
+        _view(student)
+    with pm.Model() as free_sigma:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Normal("obs", X @ beta, pm.HalfNormal("sigma"), observed=y)
+    with pytest.raises(ValueError, match="sigma that is not one known positive number"):
+        _view(free_sigma)
     with pm.Model() as softplus_link:
         beta = pm.Normal("beta", 0, 1, shape=3)
         pm.Poisson("obs", mu=pm.math.log1pexp(X @ beta), observed=y)

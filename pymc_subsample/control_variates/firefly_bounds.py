@@ -192,9 +192,13 @@ def resolve_bound(family, bound) -> CollapsibleBound:
     if bound is None:
         if family == "bernoulli_logit":
             return JaakkolaJordanBound()
+        why = {
+            "poisson_log": " (no quadratic in η bounds yη − e^η from below for all η)",
+            "normal_identity": " (its log-likelihood is itself quadratic in η: full-data sums of "
+                               "X'X and X'y give the posterior in closed form, no sampler needed)",
+        }.get(family, "")
         raise ValueError(
-            f"FireflyMC has no built-in collapsible bound for the {family!r} likelihood (for the "
-            "Poisson log link no quadratic in η bounds yη − e^η from below for all η). Pass "
+            f"FireflyMC has no built-in collapsible bound for the {family!r} likelihood{why}. Pass "
             "bound=<a pymc_subsample CollapsibleBound subclass> valid for this likelihood, or use "
             "pms.HMCECS / pms.SubsampleMH, which need no bound."
         )

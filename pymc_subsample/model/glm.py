@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor
+from pytensor.graph.traversal import explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.random.basic import BernoulliRV, PoissonRV
+from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
 
 __all__ = ["FAMILIES", "LinearPredictorModel", "linear_predictor_model"]
 
-#: family → (random variable op, link inverse, sup_η |∂²ℓ/∂η²|)
+#: family → (random variable op, link inverse (None: identity), sup_η |∂²ℓ/∂η²| (None: 1/σ²))
 FAMILIES = {
     "bernoulli_logit": (BernoulliRV, Sigmoid, 0.25),
     "poisson_log": (PoissonRV, Exp, np.inf),
+    "normal_identity": (NormalRV, None, None),
 }
 
 _SUPPORTED = (
-    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)), or one observed "
-    "pm.Poisson(mu=pm.math.exp(η)), with η affine in the free variables (e.g. X @ beta + a)"
+    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)), pm.Poisson(mu=pm.math.exp(η)) "
+    "or pm.Normal(mu=η, sigma=a known constant), with η affine in the free variables (e.g. X @ beta + a)"
 )
 
 
@@ -38,13 +40,16 @@ class LinearPredictorModel:
     family : str
         A key of :data:`FAMILIES`.
     max_curvature : float
-        sup_η |∂²ℓ/∂η²|: 1/4 for the logistic, ∞ for the Poisson log link.
+        sup_η |∂²ℓ/∂η²|: 1/4 for the logistic, ∞ for the Poisson log link, 1/σ² for the Normal.
+    sigma : float or None
+        The Normal family's known σ.
     """
 
-    def __init__(self, tall, family, eta, observed):
+    def __init__(self, tall, family, eta, observed, sigma=None):
         self.tall = tall
         self.family = family
-        self.max_curvature = FAMILIES[family][2]
+        self.sigma = sigma
+        self.max_curvature = FAMILIES[family][2] if sigma is None else 1.0 / sigma**2
         eta_rows, y_rows = tall.batch_graph([eta, observed])
         self._fn = pytensor.function(
             [tall.theta, *tall.batch_inputs], [eta_rows, y_rows.astype("float64")],
@@ -102,6 +107,10 @@ def linear_predictor_model(tall) -> LinearPredictorModel:
     for family, (rv_type, link_inverse, _) in FAMILIES.items():
         if not isinstance(op, rv_type):
             continue
+        if link_inverse is None:  # the Normal: η is the mean, σ must be a known constant
+            mu, sigma = op.dist_params(rv.owner)
+            sigma = _known_sigma(rv, model.replace_rvs_by_values([sigma])[0])
+            return LinearPredictorModel(tall, family, mu, model.rvs_to_values[rv], sigma)
         (param,) = op.dist_params(rv.owner)
         owner = param.owner
         linked = owner is not None and isinstance(owner.op, Elemwise)
@@ -115,3 +124,22 @@ def linear_predictor_model(tall) -> LinearPredictorModel:
         f"Observed variable {rv.name!r} has distribution {type(op).__name__}; exact subsampling with "
         f"bounds needs {_SUPPORTED}. For other likelihoods use pms.HMCECS or pms.SubsampleMH."
     )
+
+
+def _known_sigma(rv, sigma) -> float:
+    """σ of a Normal likelihood when it is one known number (no free variable, no row data)."""
+    scalar = sigma.type.ndim == 0 or sigma.type.shape == (1,) * sigma.type.ndim
+    if list(explicit_graph_inputs([sigma])) or not scalar:  # a free variable, or per-row σ
+        value = None
+    else:
+        try:
+            value = float(np.asarray(sigma.eval()).reshape(()))
+        except Exception:  # noqa: BLE001 - any failure means "not a known constant"
+            value = None
+    if value is None or not np.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"Observed variable {rv.name!r} is Normal with a sigma that is not one known positive "
+            f"number; exact subsampling with bounds needs {_SUPPORTED}. Fix sigma, or use "
+            "pms.HMCECS or pms.SubsampleMH."
+        )
+    return value

@@ -6,5 +6,6 @@ from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
+from pymc_subsample.step_methods.zigzag import ZigZag
 
-__all__ = ["FireflyMC", "HMCECS", "ISS", "SGFS", "SGHMC", "SGLD", "SubsampleMH", "SubsampleStep"]
+__all__ = ["FireflyMC", "HMCECS", "ISS", "SGFS", "SGHMC", "SGLD", "SubsampleMH", "SubsampleStep", "ZigZag"]

@@ -1,0 +1,266 @@
+r"""``pms.ZigZag``: the Zig-Zag process with control variates (Bierkens, Fearnhead & Roberts 2019).
+
+An exact method: a piecewise-deterministic process whose invariant law is the posterior, with
+switching rates estimated from one random row each and simulated by Poisson thinning
+(:mod:`pymc_subsample.kernels.zigzag`). Each PyMC draw advances the process by a fixed time
+horizon and returns its position; the position of a stationary Zig-Zag process at any fixed time
+is a draw of the posterior. The horizon is tuned during warm-up to a target number of switches
+per draw, then fixed (so the chain is Markov with the posterior invariant after warm-up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.state import dataclass_state
+from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
+
+from pymc_subsample.control_variates.zigzag_bounds import (
+    glm_lipschitz_maxima,
+    glm_row_sampler,
+    quadratic_prior,
+)
+from pymc_subsample.diagnostics.progress import StatColumn, compact
+from pymc_subsample.diagnostics.run_checks import RunCheck, mean_check
+from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.kernels.zigzag import (
+    SCORES,
+    RowStream,
+    ZigZagCounts,
+    ZigZagCV,
+    initial_horizon,
+    random_velocity,
+    tuned_horizon,
+)
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.glm import linear_predictor_model
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive
+
+__all__ = ["ZigZag", "ZigZagState"]
+
+SUPPORTED = (
+    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)) or pm.Normal(mu=η, sigma=a known "
+    "number) with η affine in the free variables (e.g. X @ beta + a), and Normal, MvNormal or flat "
+    "priors (logistic and linear regression)"
+)
+POISSON_LIMITATION = (
+    "Poisson regression (pm.Poisson(mu=pm.math.exp(η))) is not supported yet: the curvature e^η of "
+    "its rows is unbounded, so no thinning bound holds along every segment"
+)
+MAX_FIRST_CHUNK = 1024  # candidates evaluated at once at most, whatever the thinning efficiency
+MAX_NEWTON = 3  # full-data Newton steps at most to bring the default centre to the mode
+NEWTON_TOLERANCE = 0.1  # ... until it is within this many Laplace sd (Newton decrement)
+MAX_HORIZON = 100.0  # tuned horizon at most this many Laplace sd (initial_horizon)
+LOW_EFFICIENCY = 1e-3  # switches per candidate below which a run warns (bounds ≥ 1000x the rates)
+
+
+@dataclass_state
+class ZigZagState(SubsampleStepState):
+    velocity: Any = None
+    horizon: float = 0.0
+    tune_time: float = 0.0
+    tune_switches: int = 0
+    total_proposed: int = 0
+    total_switches: int = 0
+    rows: Any = None
+
+
+class ZigZag(SubsampleStep):
+    r"""Zig-Zag with control variates: pass to ``pm.sample(step=pms.ZigZag(...))``.
+
+    Parameters
+    ----------
+    vars : list, optional
+        All free variables of the model (the default).
+    switches_per_draw : float, optional
+        Warm-up sets the horizon T of a draw to this many switches at the rate seen so far
+        (at most 100 Laplace sd); default 4d, each coordinate flipping about four times per draw:
+        the ESS per draw was 0.13-0.33 on Skin Segmentation with 2d (coefficients correlated at
+        ±0.6 mix slowest under axis-aligned velocities). Ignored when ``horizon`` is given.
+    horizon : float, optional
+        A fixed time horizon per draw (no tuning).
+    center : dict, array or None
+        θ* of the control variates and the starting point. None: the default centre of
+        :class:`~pymc_subsample.step_methods.base.SubsampleStep`, refined by full-data Newton
+        steps until it is within 0.1 Laplace sd of the mode (at most 3 passes): the estimates'
+        noise grows with N‖θ − θ*‖. A given centre is used as it is; mixing and the thinning
+        efficiency fall as it moves away from the mode.
+    row_batch : int
+        Rows gathered at once for the proposals (one gather and d + 2 compiled calls per batch).
+    model, chunk_size, rng, initial_point, client
+        See :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
+
+    Notes
+    -----
+    ``is_exact`` is True: the draws are positions of a process whose invariant law is the
+    posterior, whatever the subsample (paper §3); only the Monte Carlo error remains. Supported:
+    logistic regression, through the GLM view of :mod:`pymc_subsample.model.glm` (κ = 1/4), with
+    a Gaussian or flat prior. The thinning bound uses per-row constants of every row, computed in
+    one chunked pass at set-up (kernels.zigzag docstring). One switch costs O(1) rows in N; the
+    thinning efficiency (switches per candidate) depends on how far the largest |J_kj|‖J_k‖ is
+    above the typical row: not on N for bounded covariates, slowly (log N) for Gaussian ones. It
+    also falls with d (the bound uses Cauchy-Schwarz over d coordinates): measured 1-2% for
+    d = 2-4 and 0.4% for d = 31 (``benchmarks/exact_zigzag.py``).
+
+    Stats: ``n_switches`` (velocity flips this draw), ``n_proposed_switches`` (thinning
+    candidates on the path; ``n_switches / n_proposed_switches`` is the thinning efficiency),
+    ``n_loglik_evals`` (rows touched: each candidate reads one row's ∂ℓ/∂η at θ and at θ*,
+    counted once; the last vectorised chunk of a segment may read a few rows past its switch),
+    ``n_bound_exceeded`` (candidates whose estimated rate exceeded the bound: must be 0),
+    ``horizon`` (T of this draw).
+    """
+
+    name = "zigzag"
+    is_exact = True
+    _state_class = ZigZagState
+    stats_dtypes_shapes = {
+        "n_switches": (np.int64, []),
+        "n_proposed_switches": (np.int64, []),
+        "n_loglik_evals": (np.int64, []),
+        "n_bound_exceeded": (np.int64, []),
+        "horizon": (np.float64, []),
+    }
+
+    def __init__(self, vars=None, *, switches_per_draw=None, horizon=None, center=None, row_batch=4096,
+                 model=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
+        # cheap checks first (arguments and the family), before the centre and the passes
+        if switches_per_draw is not None:
+            switches_per_draw = check_positive(switches_per_draw, "switches_per_draw")
+        if horizon is not None:
+            horizon = check_positive(horizon, "horizon")
+        self.row_batch = check_positive(row_batch, "row_batch", integer=True)
+        _check_family(pm.modelcontext(model))
+        super().__init__(vars, model=model, center=center, proxy_order=1, chunk_size=chunk_size, **kwargs)
+        glm = self.glm
+        if center is None:
+            self._refine_center(chunk_size)
+        center = self.proxy.center
+        prior_grad, prior_hess = quadratic_prior(self.tall, center)
+        precision = self.target.laplace_precision()
+        metric_r = np.linalg.cholesky(precision).T  # RᵀR = P: the bound measures θ − θ* in P's norm
+        lip_a, lip_b = glm_lipschitz_maxima(glm, np.linalg.inv(metric_r), chunk_size=chunk_size)
+        self.process = ZigZagCV(
+            center=center, prior_grad_center=prior_grad, prior_hessian=prior_hess,
+            loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float), n_rows=self.tall.n_rows,
+            score=SCORES[glm.family](glm), curvature=glm.max_curvature, lipschitz_a=lip_a, lipschitz_b=lip_b,
+            metric_r=metric_r,
+        )
+        self._draw_rows = glm_row_sampler(glm, center)
+        self.switches_per_draw = 4.0 * self.tall.ndim if switches_per_draw is None else switches_per_draw
+        self.fixed_horizon = horizon
+        self._initial_horizon = horizon if horizon is not None else initial_horizon(precision)
+        self.reset_tuning()
+
+    def check_model(self, tall):
+        """The GLM view (link, affinity of η), before the centre's full passes."""
+        self.glm = linear_predictor_model(tall)
+        if self.glm.family not in SCORES:
+            raise ValueError(f"ZigZag supports {SUPPORTED}; this model is {self.glm.family}. "
+                             f"{POISSON_LIMITATION}.")
+
+    def _refine_center(self, chunk_size):
+        """Newton steps on the full data until θ* is within 0.1 Laplace sd of the mode (≤ 3 passes).
+
+        ZZ-CV's O(1)-in-N cost needs ‖θ* − mode‖ = O(1/√N) (paper §4): the noise of the one-row
+        estimates grows with N|θ − θ*|. The default centre (subset MAP + one Newton step) was
+        1.0 posterior sd (Mahalanobis, d = 31) from the mode at N = 10⁶ and would be ~3 sd at
+        10⁷, where the ESS per draw fell 2.4x; each step here costs one full pass (Σℓ, A, B).
+        """
+        for _ in range(MAX_NEWTON):
+            grad = np.asarray(self.tall.prior_value_and_grad(self.proxy.center)[1]) + self.proxy.grad_sum
+            step = np.linalg.solve(self.target.laplace_precision(), grad)
+            if float(np.sqrt(max(grad @ step, 0.0))) <= NEWTON_TOLERANCE:
+                return
+            self.target = SubsampledTarget(self.tall, self.proxy.center + step, self.proxy.order,
+                                           chunk_size=chunk_size)
+            self.proxy = self.target.proxy
+
+    def reset_tuning(self):
+        """Fresh per-chain state; PyMC calls it at the start of every chain (and ZigZagState copies it)."""
+        self.velocity = None  # the first step starts at θ* with a uniform velocity
+        self.horizon = self._initial_horizon
+        self.tune_time, self.tune_switches = 0.0, 0
+        self.total_proposed, self.total_switches = 0, 0
+        self.rows = RowStream(batch=self.row_batch)
+
+    # ------------------------------------------------------------------- step
+    def astep(self, q0: RaveledVars):
+        theta = np.asarray(q0.data, dtype=float)
+        if self.velocity is None:
+            # start at θ*, where the control variates are best, with a uniform velocity
+            theta = self.proxy.center.copy()
+            self.velocity = random_velocity(self.rng, theta.size)
+        horizon = self.horizon
+        counts = ZigZagCounts()
+        theta, self.velocity, counts = self.process.advance(
+            theta, self.velocity, horizon, self.rng, self.rows, self._draw_rows, counts,
+            first_chunk=self._first_chunk())
+        self.total_proposed += counts.proposed
+        self.total_switches += counts.switches
+        if self.tune and self.fixed_horizon is None:
+            self.tune_time += counts.time
+            self.tune_switches += counts.switches
+            self.horizon = tuned_horizon(self.switches_per_draw, self.tune_time, self.tune_switches, horizon,
+                                         maximum=MAX_HORIZON * self._initial_horizon)
+        stats = {
+            "n_switches": counts.switches,
+            "n_proposed_switches": counts.proposed,
+            "n_loglik_evals": counts.rows,
+            "n_bound_exceeded": counts.bound_exceeded,
+            "horizon": horizon,
+        }
+        return RaveledVars(theta.astype(q0.data.dtype), q0.point_map_info), [stats]
+
+    def _first_chunk(self) -> int:
+        """About the candidates per switch seen so far: one or two chunks per switch."""
+        if self.total_switches == 0:
+            return 8
+        return int(np.clip(self.total_proposed / self.total_switches, 8, MAX_FIRST_CHUNK))
+
+    # ------------------------------------------------------------ progress bar
+    _progress_columns = (
+        StatColumn("n_switches", "switches", "{:.0f}"),
+        StatColumn("n_proposed_switches", "proposed", "{:.0f}"),
+        StatColumn("horizon", "T", compact),
+    )
+
+    # ----------------------------------------------------------------- checks
+    ess_remedy = ("Raise switches_per_draw (a longer horizon per draw), or pass a center nearer the "
+                  "posterior mode so that the control variates are better.")
+
+    def run_checks(self):
+        """ESS, bound exceedances (must be none) and the thinning efficiency after warm-up."""
+        return super().run_checks() + [
+            mean_check(
+                "bound", "n_bound_exceeded", lambda v: v > 0,
+                "ZigZag: an estimated switching rate exceeded its thinning bound ({value:.3g} per draw "
+                "on average), so the draws are not exact. This means the model is outside what the bound "
+                f"covers ({SUPPORTED}); use pms.HMCECS, and please report the model."),
+            RunCheck(
+                "efficiency", _thinning_efficiency, lambda v: bool(np.isfinite(v) and v < LOW_EFFICIENCY),
+                "ZigZag: only {value:.2%} of the thinning candidates were switches after warm-up, so "
+                "each switch reads many rows. Standardise the covariates (rows with large |x| loosen "
+                "the bound for every row) or pass a center nearer the posterior mode."),
+        ]
+
+
+def _thinning_efficiency(thetas, stats) -> float:
+    proposed = float(np.sum(stats.get("n_proposed_switches", [])))
+    return float(np.sum(stats.get("n_switches", []))) / proposed if proposed > 0 else float("nan")
+
+
+def _check_family(model):
+    """Refuse unsupported likelihoods before any set-up (the full check is the GLM view's)."""
+    observed = model.observed_RVs
+    if len(observed) != 1:
+        raise ValueError(f"ZigZag supports {SUPPORTED}; this model has {len(observed)} observed variables.")
+    op = observed[0].owner.op
+    if isinstance(op, PoissonRV):
+        raise ValueError(f"{POISSON_LIMITATION}. ZigZag supports {SUPPORTED}. For Poisson regression use "
+                         "pms.HMCECS or pms.SubsampleMH.")
+    if not isinstance(op, (BernoulliRV, NormalRV)):
+        raise ValueError(f"ZigZag supports {SUPPORTED}; observed variable {observed[0].name!r} has "
+                         f"distribution {type(op).__name__}. Use pms.HMCECS or pms.SubsampleMH.")
