@@ -26,20 +26,11 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
-from _synthetic import logistic_data
+from _synthetic import logistic_data, logistic_model
 
 import pymc_subsample as pms
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def model_of(X, y):
-    with pm.Model() as model:
-        X_ = pm.Data("X", X)
-        y_ = pm.Data("y_obs", y)
-        beta = pm.Normal("beta", 0.0, 1.0, shape=X.shape[1])
-        pm.Bernoulli("y", logit_p=X_ @ beta, observed=y_)
-    return model
 
 
 def run(model, make_step, draws, tune, seed=1):
@@ -142,7 +133,7 @@ def main():
           "draws")
     for name in args.sets:
         X, y, reference = data_set(name)
-        model = model_of(X, y)
+        model = logistic_model(X, y)
         rows = {}
         if "nuts" in args.samplers and len(y) < 5_000_000:
             n_nuts = args.draws if len(y) < 500_000 else args.nuts_draws

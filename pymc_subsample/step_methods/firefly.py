@@ -42,7 +42,14 @@ from pymc_subsample.kernels.firefly import (
 )
 from pymc_subsample.kernels.tuning import laplace_draws
 from pymc_subsample.model.glm import FAMILIES, linear_predictor_model
-from pymc_subsample.step_methods.base import BASE_KWARGS, SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.step_methods.base import (
+    BASE_KWARGS,
+    INNER_HMC_STATS,
+    INNER_STAT_NAMES,
+    SubsampleStep,
+    SubsampleStepState,
+    warn_poor,
+)
 
 __all__ = ["FireflyMC", "FireflyState"]
 
@@ -120,28 +127,13 @@ class FireflyMC(SubsampleStep):
     is_exact = True
     _state_class = FireflyState
     stats_dtypes_shapes = {
-        "diverging": (bool, []),
-        "divergences": (np.int64, []),
-        "energy": (np.float64, []),
-        "energy_error": (np.float64, []),
-        "max_energy_error": (np.float64, []),
-        "step_size": (np.float64, []),
-        "step_size_bar": (np.float64, []),
-        "acceptance_rate": (np.float64, []),
-        "n_steps": (np.int64, []),
-        "tree_depth": (np.int64, []),
-        "perf_counter_diff": (np.float64, []),
+        **INNER_HMC_STATS,
         "n_bright": (np.int64, []),
         "n_proposed": (np.int64, []),
         "n_loglik_evals": (np.int64, []),
         "n_grad_evals": (np.int64, []),
     }
-    _INNER_STATS = {
-        "mean_tree_accept": "acceptance_rate",
-        "accept": "acceptance_rate",
-        "depth": "tree_depth",
-        "tree_size": "n_steps",
-    }
+    _INNER_STATS = INNER_STAT_NAMES
 
     def __init__(self, vars=None, *, bound=None, slack="auto", proposal_rate="auto", inner="nuts",
                  target_accept=0.8, trajectory_length=None, max_bright_fraction=0.2, center=None, model=None,

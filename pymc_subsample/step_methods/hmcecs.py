@@ -42,6 +42,8 @@ from pymc_subsample.kernels.tuning import (
 )
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
+    INNER_HMC_STATS,
+    INNER_STAT_NAMES,
     SubsampleStep,
     SubsampleStepState,
     check_size,
@@ -136,31 +138,14 @@ class HMCECS(SubsampleStep):
     name = "hmcecs"
     _state_class = HMCECSState
     stats_dtypes_shapes = {
-        "diverging": (bool, []),
-        # the inner sampler's count of divergent draws after warm-up in this chain, as NUTS's own
-        # "divergences" stat (the progress bar's "div" column reads it)
-        "divergences": (np.int64, []),
-        "energy": (np.float64, []),
-        "energy_error": (np.float64, []),
-        "max_energy_error": (np.float64, []),
-        "step_size": (np.float64, []),
-        "step_size_bar": (np.float64, []),
-        "acceptance_rate": (np.float64, []),
-        "n_steps": (np.int64, []),
-        "tree_depth": (np.int64, []),
-        "perf_counter_diff": (np.float64, []),
+        **INNER_HMC_STATS,
         "subsample_accept": (np.float64, []),
         "loglik_var": (np.float64, []),
         "n_loglik_evals": (np.int64, []),
         "n_grad_evals": (np.int64, []),
         "sign": (np.int64, []),
     }
-    _INNER_STATS = {
-        "mean_tree_accept": "acceptance_rate",
-        "accept": "acceptance_rate",
-        "depth": "tree_depth",
-        "tree_size": "n_steps",
-    }
+    _INNER_STATS = INNER_STAT_NAMES
 
     def __init__(
         self,
