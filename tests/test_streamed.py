@@ -204,3 +204,21 @@ def test_long_full_passes_show_a_progress_bar_and_are_counted(tmp_path, capsys):
         shown = capsys.readouterr().out
         assert ("full-data pass" in shown) == progressbar
         assert step.tall.full_passes >= 2  # the centre's Newton step and the proxy sums at least
+
+
+def test_dims_and_coords_work_as_with_pm_data(tmp_path):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(4_000, 2))
+    y = (rng.random(4_000) < 0.5).astype(float)
+    np.save(tmp_path / "y.npy", y)
+    with pm.Model(coords={"feature": ["a", "b"]}) as model:
+        X_ = pms.Data("X", X, dims=("obs", "feature"))
+        y_ = pms.Data("y", tmp_path / "y.npy", dims="obs")
+        beta = pm.Normal("beta", 0, 1, dims="feature")
+        pm.Bernoulli("outcome", logit_p=X_ @ beta, observed=y_, dims="obs")
+        with pytest.warns(UserWarning, match="symbolic observation"):
+            idata = pm.sample(step=pms.HMCECS(subsample_size=200, progressbar=False), draws=10, tune=10,
+                              chains=1, progressbar=False, compute_convergence_checks=False)
+    assert idata.posterior["beta"].dims == ("chain", "draw", "feature")
+    assert int(model.dim_lengths["obs"].eval()) == 4_000
+    assert pms.data_sources(model)["y"]["path"] == str(tmp_path / "y.npy")
