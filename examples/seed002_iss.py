@@ -23,6 +23,7 @@ Usage: python examples/seed002_iss.py [--draws 2000] [--tune 1000] [--ar-rows 10
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -35,6 +36,10 @@ from scipy.special import logsumexp
 
 import pymc_subsample as pms
 from pymc_subsample.model.tall import TallModel
+
+# the Yule-Walker summary of the slides, as tests/test_iss.py and benchmarks/iss.py use it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_iss import yule_walker  # noqa: E402
 
 
 def run_iss(tall, var, draws, tune, chains, **kwargs):
@@ -83,14 +88,6 @@ def simulate_ar2(N, phi=(0.6, -0.3), sigma=1.0, seed=3):
         y[t] = phi[0] * y[t - 1] + phi[1] * y[t - 2] + e[t]
     y = y[100:]
     return np.column_stack([y[1:-1], y[:-2]]), y[2:]
-
-
-def yule_walker(rows):
-    """Yule–Walker (φ1, φ2) and innovation variance of the (y_t, y_{t−1}, y_{t−2}) rows: the slides' S."""
-    X, y = rows["X"], rows["y_obs"]
-    g0, g1, g2 = np.mean(y * y), np.mean(y * X[:, 0]), np.mean(y * X[:, 1])
-    phi = np.linalg.solve([[g0, g1], [g1, g0]], [g1, g2])
-    return np.array([phi[0], phi[1], g0 - phi @ [g1, g2]])
 
 
 def sigma_marginal(X, y, tau=10.0, sigma_sd=5.0):
