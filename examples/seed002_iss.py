@@ -37,9 +37,9 @@ from scipy.special import logsumexp
 import pymc_subsample as pms
 from pymc_subsample.model.tall import TallModel
 
-# the Yule-Walker summary of the slides, as tests/test_iss.py and benchmarks/iss.py use it
+# the AR(2) series and the slides' Yule-Walker summary, as tests/test_iss.py and benchmarks/iss.py use them
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_iss import yule_walker  # noqa: E402
+from test_iss import simulate_ar2, yule_walker  # noqa: E402
 
 
 def run_iss(tall, var, draws, tune, chains, **kwargs):
@@ -77,17 +77,6 @@ def bernoulli(args, rows):
                          f"{exact.std():.4f}",
                          f"{draws.std() / exact.std():.2f}", f"{secs:.0f}"])
     return results, exact
-
-
-def simulate_ar2(N, phi=(0.6, -0.3), sigma=1.0, seed=3):
-    """(lags X (N, 2), y (N,)) of a stationary AR(2) series after 100 steps of burn-in."""
-    rng = np.random.default_rng(seed)
-    e = rng.normal(0, sigma, N + 102)
-    y = np.zeros(N + 102)
-    for t in range(2, N + 102):
-        y[t] = phi[0] * y[t - 1] + phi[1] * y[t - 2] + e[t]
-    y = y[100:]
-    return np.column_stack([y[1:-1], y[:-2]]), y[2:]
 
 
 def sigma_marginal(X, y, tau=10.0, sigma_sd=5.0):

@@ -13,6 +13,21 @@ needs_data = pytest.mark.skipif(
 )
 
 
+def skin_segmentation():
+    """Skin Segmentation as the stored reference fits it: (X with intercept first, y, reference).
+
+    The reference (``reference_nuts.json``) is a full-data NUTS run on standardised B, G, R with an
+    intercept and N(0, 1) priors: the same design every real-data test compares against.
+    """
+    import json
+
+    from pymc_subsample.datasets import load_skin
+
+    data = load_skin(DATA / "skin", standardize=True)
+    X = np.column_stack([np.ones(len(data.y)), data.X])
+    return X, data.y, json.loads((DATA / "skin" / "reference_nuts.json").read_text())
+
+
 def logistic_data(n=2000, d=3, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))

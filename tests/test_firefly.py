@@ -1,12 +1,11 @@
 """Firefly Monte Carlo (pms.FireflyMC): bounds, brightness kernels, exactness against full-data NUTS."""
 
-import json
 
 import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import DATA, logistic_data, logistic_model, needs_data
+from conftest import logistic_data, logistic_model, needs_data, skin_segmentation
 
 import pymc_subsample as pms
 from pymc_subsample.control_variates.center import find_center
@@ -304,10 +303,8 @@ def test_bound_with_wrong_coefficient_shapes_is_a_clear_error():
 @needs_data
 @pytest.mark.slow
 def test_skin_segmentation_against_full_data_nuts():
-    data = pms.datasets.load_skin(DATA / "skin", standardize=True)
-    X = np.column_stack([np.ones(data.X.shape[0]), data.X])
-    ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
-    with logistic_model(X, data.y):
+    X, y, ref = skin_segmentation()
+    with logistic_model(X, y):
         step = pms.FireflyMC()
         idata = sample(step, seed=2026, draws=1000, tune=500)
     result = pms.compare(idata, ref)
@@ -315,7 +312,7 @@ def test_skin_segmentation_against_full_data_nuts():
     assert result.table["ess_bulk"].min() >= MIN_ESS
     assert result.table["abs_mean_diff_over_sd"].max() <= 0.1
     assert result.table["sd_ratio"].between(0.9, 1.1).all()
-    assert float(idata.sample_stats.n_bright.mean()) < 0.01 * len(data.y)
+    assert float(idata.sample_stats.n_bright.mean()) < 0.01 * len(y)
 
 
 def test_a_model_without_affine_predictor_is_refused_before_the_centre(monkeypatch):

@@ -1,13 +1,12 @@
 """HMCECS: known posteriors (MCSE-scaled), reduction to HMC, real data, PyMC integration."""
 
-import json
 import warnings
 
 import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import DATA, gaussian_linear_model, logistic_data, logistic_model, needs_data
+from conftest import gaussian_linear_model, logistic_data, logistic_model, needs_data, skin_segmentation
 from scipy.stats import norm
 
 import pymc_subsample as pms
@@ -289,10 +288,8 @@ def test_signed_logistic_regression_against_full_data_nuts():
 @needs_data
 @pytest.mark.slow
 def test_skin_segmentation_against_full_data_nuts():
-    data = pms.datasets.load_skin(DATA / "skin", standardize=True)
-    X = np.column_stack([np.ones(data.X.shape[0]), data.X])
-    ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
-    with logistic_model(X, data.y):
+    X, y, ref = skin_segmentation()
+    with logistic_model(X, y):
         idata = pm.sample(
             step=pms.HMCECS(subsample_size=1000),
             draws=1000,

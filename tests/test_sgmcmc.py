@@ -1,11 +1,10 @@
 """Stochastic-gradient MCMC: kernels, gradient estimators, SGLD / SGHMC / SGFS step methods."""
 
-import json
 
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import DATA, gaussian_linear_model, logistic_data, logistic_model, needs_data
+from conftest import gaussian_linear_model, logistic_data, logistic_model, needs_data, skin_segmentation
 from scipy.linalg import solve_discrete_lyapunov
 
 from pymc_subsample import TallModel
@@ -387,15 +386,11 @@ def test_bad_inputs(glm):
 # ---------------------------------------------------------------- real data
 @pytest.fixture(scope="module")
 def skin():
-    from pymc_subsample.datasets import load_skin
-
-    data = load_skin(DATA / "skin", standardize=True)
-    X = np.column_stack([np.ones(len(data.y)), data.X])
-    ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
+    X, y, ref = skin_segmentation()
     with pm.Model() as model:
         X_ = pm.Data("X", X)
         beta = pm.Normal("beta", 0, 1, shape=4)
-        pm.Bernoulli("y", logit_p=X_ @ beta, observed=data.y)
+        pm.Bernoulli("y", logit_p=X_ @ beta, observed=y)
     center, _ = find_map_theta(TallModel(model))
     return model, center, np.array(ref["mean"]), np.array(ref["sd"])
 

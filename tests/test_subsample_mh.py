@@ -1,6 +1,5 @@
 """SubsampleMH: accept-test kernels against exact MH, posteriors against known ones, bad input."""
 
-import json
 import math
 import time
 
@@ -9,12 +8,12 @@ import numpy as np
 import pymc as pm
 import pytest
 from conftest import (
-    DATA,
     gaussian_linear_model,
     logistic_data,
     logistic_model,
     needs_data,
     normal_population,
+    skin_segmentation,
 )
 from scipy.special import expit, ndtr
 from scipy.stats import t as student_t
@@ -456,14 +455,8 @@ def test_cores_2_gives_the_same_draws_as_cores_1():
 @needs_data
 @pytest.mark.slow
 def test_skin_logistic_regression_against_nuts():
-    from pymc_subsample.datasets import load_skin
-
-    start = time.perf_counter()
-    ds = load_skin(DATA / "skin", standardize=True)
-    print(f"skin: loaded in {time.perf_counter() - start:.1f}s")
-    X = np.column_stack([np.ones(len(ds.y)), ds.X])
-    ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
-    model = logistic_model(X, ds.y)
+    X, y, ref = skin_segmentation()
+    model = logistic_model(X, y)
     results = {}
     from pymc_subsample.kernels.mh_tests import logistic_range_bound
     center = None
@@ -488,7 +481,7 @@ def test_skin_logistic_regression_against_nuts():
         rows = float(idata.sample_stats.batch_size.mean())
         results[test] = (dm, sr)
         print(f"skin {test}: max|Δmean|/sd={dm.max():.3f} sd ratio={np.round(sr, 3)} "
-              f"rows/iter={rows:.0f} ({rows / len(ds.y):.2%}) time={time.perf_counter() - start:.1f}s")
+              f"rows/iter={rows:.0f} ({rows / len(y):.2%}) time={time.perf_counter() - start:.1f}s")
     dm, sr = results["pseudo-marginal"]
     assert dm.max() <= 0.1
     assert np.all((sr >= 0.9) & (sr <= 1.1))

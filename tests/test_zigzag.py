@@ -1,13 +1,12 @@
 """ZigZag: the kernel on a Gaussian posterior, the thinning bound, the step method on logistic
 regression against a quadrature posterior and on Skin Segmentation against full-data NUTS."""
 
-import json
 
 import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import DATA, logistic_data, logistic_model, needs_data
+from conftest import logistic_data, logistic_model, needs_data, skin_segmentation
 
 import pymc_subsample as pms
 from pymc_subsample.kernels.zigzag import (
@@ -268,10 +267,8 @@ def test_bad_input_is_refused_with_what_to_change():
 @pytest.mark.slow
 @needs_data
 def test_skin_segmentation_against_full_data_nuts():
-    data = pms.datasets.load_skin(DATA / "skin", standardize=True)
-    X = np.column_stack([np.ones(data.X.shape[0]), data.X])
-    ref = json.loads((DATA / "skin" / "reference_nuts.json").read_text())
-    with logistic_model(X, data.y):
+    X, y, ref = skin_segmentation()
+    with logistic_model(X, y):
         idata = pm.sample(step=pms.ZigZag(), draws=2500, tune=300, chains=2, cores=1, random_seed=2026,
                           progressbar=False, compute_convergence_checks=False)
     stats = idata.sample_stats

@@ -89,7 +89,7 @@ def _distributed_sum(client, tall, fn, theta, ranges):
     # one copy of (fn, tall) per worker: a Delayed argument is a single key in the graph
     shipped = delayed((fn, tall), pure=True, traverse=False)
     parts = db.from_sequence(ranges, npartitions=len(ranges)).map(_chunk_sums, shipped, theta)
-    return tuple(client.compute(parts.fold(_add, _add_both)).result())
+    return tuple(client.compute(parts.fold(_add, _add)).result())
 
 
 def _chunk_sums(chunk, shipped, theta):
@@ -104,6 +104,3 @@ def _as_floats(parts):
 def _add(total, parts):
     return parts if total is None else [t + p for t, p in zip(total, parts)]
 
-
-def _add_both(left, right):
-    return _add(left, right)

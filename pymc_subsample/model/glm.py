@@ -16,7 +16,7 @@ from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
 
-__all__ = ["FAMILIES", "LinearPredictorModel", "linear_predictor_model"]
+__all__ = ["FAMILIES", "LinearPredictorModel", "linear_predictor_model", "observed_family"]
 
 #: family → (random variable op, link inverse (None: identity), sup_η |∂²ℓ/∂η²| (None: 1/σ²))
 FAMILIES = {
@@ -92,6 +92,20 @@ class LinearPredictorModel:
                     f"Supported: {_SUPPORTED}. A transformed prior (e.g. HalfNormal) inside η, or "
                     "a non-linear mean, breaks this; use pms.HMCECS or pms.SubsampleMH instead."
                 )
+
+
+def observed_family(model) -> str | None:
+    """The family of :data:`FAMILIES` whose distribution the model's one observed variable has.
+
+    A cheap look at the distribution only (no graph is built), for argument checks before any
+    set-up; None when there is not exactly one observed variable or its distribution has no family.
+    The link and the affinity of η are checked later by :func:`linear_predictor_model`.
+    """
+    observed = model.observed_RVs
+    if len(observed) != 1:
+        return None
+    op = observed[0].owner.op
+    return next((family for family, (rv_type, *_) in FAMILIES.items() if isinstance(op, rv_type)), None)
 
 
 def linear_predictor_model(tall) -> LinearPredictorModel:

@@ -57,6 +57,7 @@ class RowSource:
         self.description = description
         self.cache_bytes = int(cache_bytes)
         self._cache = OrderedDict()
+        self._cached_bytes = 0
         self.chunks_read = 0  # native chunks decoded so far (for tests and benchmarks)
 
     # ------------------------------------------------------------------ array protocol
@@ -142,8 +143,9 @@ class RowSource:
         self.chunks_read += 1
         self._check_finite(block, a, b, chunk=k)
         self._cache[k] = block
-        while len(self._cache) > 1 and sum(v.nbytes for v in self._cache.values()) > self.cache_bytes:
-            self._cache.popitem(last=False)
+        self._cached_bytes += block.nbytes
+        while len(self._cache) > 1 and self._cached_bytes > self.cache_bytes:
+            self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
         return block
 
     def _check_finite(self, block, start, stop, chunk=None):
@@ -158,7 +160,7 @@ class RowSource:
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
-        state = dict(self.__dict__, _cache=OrderedDict())
+        state = dict(self.__dict__, _cache=OrderedDict(), _cached_bytes=0)
         if self.kind == "memmap":  # by reference: the path, never the rows
             state["array"] = (self.array.filename, self.array.dtype, self.array.shape, self.array.offset)
         return state

@@ -28,38 +28,12 @@ from pymc_subsample.model.tall import TallModel, observation_axis_length
 
 __all__ = [
     "BASE_KWARGS",
-    "INNER_HMC_STATS",
-    "INNER_STAT_NAMES",
     "SubsampleStepState",
     "SubsampleStep",
     "check_size",
     "resolve_center",
     "warn_poor",
 ]
-
-#: stats of PyMC's NUTS/HMC that the steps wrapping it (HMCECS, FireflyMC) report, ArviZ's names
-INNER_HMC_STATS = {
-    "diverging": (bool, []),
-    # the inner sampler's count of divergent draws after warm-up in this chain, as NUTS's own
-    # "divergences" stat (the progress bar's "div" column reads it)
-    "divergences": (np.int64, []),
-    "energy": (np.float64, []),
-    "energy_error": (np.float64, []),
-    "max_energy_error": (np.float64, []),
-    "step_size": (np.float64, []),
-    "step_size_bar": (np.float64, []),
-    "acceptance_rate": (np.float64, []),
-    "n_steps": (np.int64, []),
-    "tree_depth": (np.int64, []),
-    "perf_counter_diff": (np.float64, []),
-}
-#: PyMC's NUTS/HMC stat name → ArviZ's name, for the stats above
-INNER_STAT_NAMES = {
-    "mean_tree_accept": "acceptance_rate",
-    "accept": "acceptance_rate",
-    "depth": "tree_depth",
-    "tree_size": "n_steps",
-}
 
 #: keyword arguments of :class:`SubsampleStep` that subclasses with their own ``**kwargs`` pass on
 BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client", "progressbar")

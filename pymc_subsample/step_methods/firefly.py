@@ -41,15 +41,14 @@ from pymc_subsample.kernels.firefly import (
     propose_dark,
 )
 from pymc_subsample.kernels.tuning import laplace_draws
-from pymc_subsample.model.glm import FAMILIES, linear_predictor_model
+from pymc_subsample.model.glm import linear_predictor_model, observed_family
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
-    INNER_HMC_STATS,
-    INNER_STAT_NAMES,
     SubsampleStep,
     SubsampleStepState,
     warn_poor,
 )
+from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
 
 __all__ = ["FireflyMC", "FireflyState"]
 
@@ -69,7 +68,7 @@ class FireflyState(SubsampleStepState):
     bound_warned: bool = False
 
 
-class FireflyMC(SubsampleStep):
+class FireflyMC(InnerHMC, SubsampleStep):
     r"""Firefly Monte Carlo step method: pass to ``pm.sample(step=pms.FireflyMC(...))``.
 
     Parameters
@@ -133,7 +132,6 @@ class FireflyMC(SubsampleStep):
         "n_loglik_evals": (np.int64, []),
         "n_grad_evals": (np.int64, []),
     }
-    _INNER_STATS = INNER_STAT_NAMES
 
     def __init__(self, vars=None, *, bound=None, slack="auto", proposal_rate="auto", inner="nuts",
                  target_accept=0.8, trajectory_length=None, max_bright_fraction=0.2, center=None, model=None,
@@ -173,9 +171,7 @@ class FireflyMC(SubsampleStep):
     def check_arguments(self, n_rows):
         """The likelihood must be one of the GLM families, and have a bound, before any set-up."""
         observed = self._model.observed_RVs
-        ops = {family: spec[0] for family, spec in FAMILIES.items()}
-        family = next((f for f, op in ops.items() if len(observed) == 1
-                       and isinstance(observed[0].owner.op, op)), None)
+        family = observed_family(self._model)
         if family is None:
             raise ValueError(
                 "FireflyMC needs one observed pm.Bernoulli(logit_p=η) or pm.Poisson(mu=exp(η)) variable "
@@ -218,15 +214,6 @@ class FireflyMC(SubsampleStep):
         rate = float(np.clip(np.quantile(final, 0.99), min(1.0, MIN_PROPOSED / n), 1.0))
         return bound, float(slack), float(np.mean(final / (1.0 + final))), rate
 
-    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
-        kwargs = dict(kwargs, scaling=precision, is_cov=False, vars=self.tall.value_vars,
-                      model=self.tall.model, logp_dlogp_func=self.potential,
-                      target_accept=target_accept, rng=self.rng.spawn(1)[0])
-        if inner == "hmc":
-            return pm.HamiltonianMC(path_length=1.2 if trajectory_length is None else trajectory_length,
-                                    **kwargs)
-        return pm.NUTS(**kwargs)
-
     def _loose_message(self, fraction, how):
         return (f"FireflyMC: {fraction} of the rows are bright ({how}), above max_bright_fraction = "
                 f"{self.max_bright_fraction:.0%}: the bound is too loose for subsampling to pay off, and "
@@ -248,8 +235,7 @@ class FireflyMC(SubsampleStep):
         self.potential.bright = self.bright
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before
-        stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
-        stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats = self._inner_stats(inner_stats)
         stats.setdefault("tree_depth", 0)
         stats.update(n_bright=self.bright.size, n_proposed=n_proposed,
                      n_loglik_evals=n_examined + grad_rows, n_grad_evals=grad_rows)
@@ -290,19 +276,6 @@ class FireflyMC(SubsampleStep):
             "Warned once per chain.")
 
     # ------------------------------------------------------ tuning and checks
-    def stop_tuning(self):
-        super().stop_tuning()
-        self.inner.stop_tuning()
-
-    def reset_tuning(self):
-        self.inner.reset_tuning()
-        self.tune = True
-        self.started = False
-
-    def set_rng(self, rng):
-        super().set_rng(rng)
-        self.inner.set_rng(self.rng.spawn(1)[0])
-
     def progress_columns(self):
         return [StatColumn("n_bright", "bright", "{:.0f}"), StatColumn("step_size", "step", "{:.3g}"),
                 StatColumn("divergences", "div", "{:.0f}")]

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
@@ -42,13 +41,12 @@ from pymc_subsample.kernels.tuning import (
 )
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
-    INNER_HMC_STATS,
-    INNER_STAT_NAMES,
     SubsampleStep,
     SubsampleStepState,
     check_size,
     warn_poor,
 )
+from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
 from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample.indices import block_slices
 
@@ -89,7 +87,7 @@ def _auto_too_large_message(m, n, order):
     )
 
 
-class HMCECS(SubsampleStep):
+class HMCECS(InnerHMC, SubsampleStep):
     r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
 
     Parameters
@@ -145,7 +143,6 @@ class HMCECS(SubsampleStep):
         "n_grad_evals": (np.int64, []),
         "sign": (np.int64, []),
     }
-    _INNER_STATS = INNER_STAT_NAMES
 
     def __init__(
         self,
@@ -264,24 +261,6 @@ class HMCECS(SubsampleStep):
                 "posterior mode, or raise subsample_size."
             )
 
-    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
-        kwargs = dict(kwargs)
-        if precision is not None:
-            kwargs["scaling"] = precision
-            kwargs["is_cov"] = False
-        kwargs.update(
-            vars=self.tall.value_vars,
-            model=self.tall.model,
-            logp_dlogp_func=self.potential,
-            target_accept=target_accept,
-            rng=self.rng.spawn(1)[0],
-        )
-        if inner == "hmc":
-            return pm.HamiltonianMC(
-                path_length=1.2 if trajectory_length is None else trajectory_length, **kwargs
-            )
-        return pm.NUTS(**kwargs)
-
     def _draw_subsample(self):
         if self.estimator == "signed":
             return draw_signed(self.rng, self.tall, self.lam, self.subsample_size)
@@ -331,8 +310,7 @@ class HMCECS(SubsampleStep):
         if self.current is None:
             self.current = self.potential.estimate(q_new.data, self.subsample)
         self.current_theta = np.array(q_new.data, copy=True)
-        stats = {self._INNER_STATS.get(k, k): v for k, v in inner_stats.items()}
-        stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats = self._inner_stats(inner_stats)
         stats.setdefault("tree_depth", 0)
         stats.update(
             subsample_accept=subsample_accept,
@@ -347,19 +325,9 @@ class HMCECS(SubsampleStep):
         return q_new, [stats]
 
     # ------------------------------------------------------ tuning and checks
-    def stop_tuning(self):
-        super().stop_tuning()
-        self.inner.stop_tuning()
-
     def reset_tuning(self):
-        self.inner.reset_tuning()
-        self.tune = True
-        self.started = False
+        super().reset_tuning()
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
-
-    def set_rng(self, rng):
-        super().set_rng(rng)
-        self.inner.set_rng(self.rng.spawn(1)[0])
 
     # ---------------------------------------------------------------- progress bar
     def progress_columns(self):

@@ -1,0 +1,83 @@
+"""Step methods that run PyMC's own NUTS or HMC on a potential of their own (HMCECS, FireflyMC).
+
+The NumPyro ``HMCGibbs`` pattern: the outer step updates its auxiliary state (a subsample, the
+brightness of the rows) and hands PyMC's unchanged NUTS/HMC a ``logp_dlogp_func`` whose value
+and gradient read that state. What the two steps share lives here: building the inner sampler,
+passing tuning and the random generator on to it, and renaming its stats to ArviZ's names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+
+__all__ = ["INNER_HMC_STATS", "INNER_STAT_NAMES", "InnerHMC"]
+
+#: stats of PyMC's NUTS/HMC that the steps wrapping it (HMCECS, FireflyMC) report, ArviZ's names
+INNER_HMC_STATS = {
+    "diverging": (bool, []),
+    # the inner sampler's count of divergent draws after warm-up in this chain, as NUTS's own
+    # "divergences" stat (the progress bar's "div" column reads it)
+    "divergences": (np.int64, []),
+    "energy": (np.float64, []),
+    "energy_error": (np.float64, []),
+    "max_energy_error": (np.float64, []),
+    "step_size": (np.float64, []),
+    "step_size_bar": (np.float64, []),
+    "acceptance_rate": (np.float64, []),
+    "n_steps": (np.int64, []),
+    "tree_depth": (np.int64, []),
+    "perf_counter_diff": (np.float64, []),
+}
+#: PyMC's NUTS/HMC stat name → ArviZ's name, for the stats above
+INNER_STAT_NAMES = {
+    "mean_tree_accept": "acceptance_rate",
+    "accept": "acceptance_rate",
+    "depth": "tree_depth",
+    "tree_size": "n_steps",
+}
+
+
+
+class InnerHMC:
+    """Mixin for a :class:`SubsampleStep` whose ``self.inner`` is PyMC's NUTS/HMC on ``self.potential``."""
+
+    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
+        """PyMC's NUTS (or HMC with ``trajectory_length``, default 1.2) on ``self.potential``.
+
+        ``precision`` (or None for PyMC's default) is the mass matrix given as a precision.
+        """
+        kwargs = dict(kwargs)
+        if precision is not None:
+            kwargs["scaling"] = precision
+            kwargs["is_cov"] = False
+        kwargs.update(
+            vars=self.tall.value_vars,
+            model=self.tall.model,
+            logp_dlogp_func=self.potential,
+            target_accept=target_accept,
+            rng=self.rng.spawn(1)[0],
+        )
+        if inner == "hmc":
+            return pm.HamiltonianMC(
+                path_length=1.2 if trajectory_length is None else trajectory_length, **kwargs
+            )
+        return pm.NUTS(**kwargs)
+
+    def _inner_stats(self, inner_stats) -> dict:
+        """The inner sampler's stats under ArviZ's names, those this step declares only."""
+        stats = {INNER_STAT_NAMES.get(k, k): v for k, v in inner_stats.items()}
+        return {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        self.inner.stop_tuning()
+
+    def reset_tuning(self):
+        self.inner.reset_tuning()
+        self.tune = True
+        self.started = False
+
+    def set_rng(self, rng):
+        super().set_rng(rng)
+        self.inner.set_rng(self.rng.spawn(1)[0])
