@@ -28,6 +28,7 @@ import pytensor.tensor as pt
 from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.compile import compile_function
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -74,9 +75,7 @@ class SubsampledTarget:
     def _compile(self, key, build):
         if key not in self._functions:
             inputs, outputs = build()
-            self._functions[key] = pytensor.function(
-                inputs, outputs, on_unused_input="ignore", trust_input=True
-            )
+            self._functions[key] = compile_function(inputs, outputs)
         return self._functions[key]
 
     def _inputs(self, center, *extra):

@@ -10,11 +10,12 @@ exist, and evaluates η, y and J on any batch of rows in NumPy-friendly form.
 from __future__ import annotations
 
 import numpy as np
-import pytensor
 from pytensor.graph.traversal import explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
+
+from pymc_subsample.model.compile import compile_function
 
 __all__ = ["FAMILIES", "LinearPredictorModel", "linear_predictor_model", "observed_family"]
 
@@ -51,10 +52,7 @@ class LinearPredictorModel:
         self.sigma = sigma
         self.max_curvature = FAMILIES[family][2] if sigma is None else 1.0 / sigma**2
         eta_rows, y_rows = tall.batch_graph([eta, observed])
-        self._fn = pytensor.function(
-            [tall.theta, *tall.batch_inputs], [eta_rows, y_rows.astype("float64")],
-            on_unused_input="ignore", trust_input=True,
-        )
+        self._fn = compile_function([tall.theta, *tall.batch_inputs], [eta_rows, y_rows.astype("float64")])
         self._check_affine()
 
     def _call(self, theta, batch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
@@ -155,6 +156,4 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
         rest = pt.as_tensor_variable(np.asarray(const.data)[1:].astype(const.dtype))
         head = pt.cast(pt.atleast_1d(n_rows_symbolic), const.dtype)
         replace[const] = pt.concatenate([head, rest]) if rest.type.shape[0] else head
-    import pytensor
-
     return pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)

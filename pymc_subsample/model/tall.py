@@ -15,9 +15,13 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import join_nonshared_inputs
+from pytensor.compile.mode import Mode
+from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import applys_between
+from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
+from pymc_subsample.model.compile import compile_function
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
@@ -78,6 +82,8 @@ class TallModel:
         self.prior_graph = prior
         self._loglik_rows = loglik_rows
         self._functions = {}
+        self._prior_batch = None  # one row: the set-up function computes the prior too
+        self._hvp_vectorised = True
         self._build_row_graphs()
         self._check_rows_independent()
 
@@ -122,17 +128,16 @@ class TallModel:
         """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily."""
         if key not in self._functions:
             inputs, outputs = build()
-            fn = pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True)
-            self._functions[key] = fn
+            self._functions[key] = compile_function(inputs, outputs)
         return self._functions[key]
 
     # --------------------------------------------------------------- functions
     def prior_value_and_grad(self, theta):
         """Log p(theta) (with transforms' Jacobians) and its gradient."""
-        fn = self._compile(
-            "prior", lambda: ([self.theta], [self.prior_graph, pytensor.grad(self.prior_graph, self.theta)])
-        )
-        return fn(_as_theta(theta, self.theta.dtype))
+        if self._prior_batch is None:
+            self._prior_batch = self.gather(np.zeros(1, dtype=int))
+        prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
+        return prior, prior_grad
 
     def prior_hessian(self, theta):
         """Hessian of log p(theta) on the unconstrained scale, shape (d, d).
@@ -200,42 +205,57 @@ class TallModel:
 
     def loglik_sum_value_and_grad(self, theta, batch):
         """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass)."""
-
-        def build():
-            total = pt.sum(self.batch_loglik)
-            return [self.theta, *self.batch_inputs], [total, pytensor.grad(total, self.theta)]
-
-        fn = self._compile("sum_grad", build)
-        return fn(_as_theta(theta, self.theta.dtype), *batch)
+        return self._setup_terms(theta, self._no_directions(), batch)[2:4]
 
     def loglik_sum_value_grad_hessian(self, theta, batch):
         """Σ ℓ_k, Σ ∇ℓ_k and Σ H_k over ``batch`` (set-up only).
 
-        Σ H_k is the Jacobian of the summed gradient; its d reverse passes are vectorised
-        over the d unit cotangents (a batch of size d, not m). When PyTensor cannot
-        vectorise an op of the gradient graph, the d Hessian-vector products are taken one
-        by one with a single compiled function instead of unrolling d copies into one graph
-        (hierarchical models have d ≥ 50).
+        Σ H_k is the Jacobian of the summed gradient: the set-up function's Hessian-vector
+        products along the d unit vectors, all in one call when they are vectorised, else one
+        call per direction.
         """
         theta = _as_theta(theta, self.theta.dtype)
-        if "sum_hess" not in self._functions and "sum_hvp" not in self._functions:
-            if self._has_advanced_indexing():
-                # vectorising the gradient of a[group] stalls PyTensor's rewrites for minutes
-                # (measured: > 150 s on a 20-group hierarchical model); d HVPs compile in seconds
-                self._compile("sum_hvp", self._build_sum_hvp)
-            else:
-                try:
-                    self._compile("sum_hess", self._build_sum_hessian)
-                except (NotImplementedError, TypeError, ValueError):
-                    self._compile("sum_hvp", self._build_sum_hvp)
-        if "sum_hess" in self._functions:
-            return self._functions["sum_hess"](theta, *batch)
-        fn = self._functions["sum_hvp"]
+        eye = np.eye(self.ndim, dtype=self.theta.dtype)
+        self._setup_function()
+        if self._hvp_vectorised:
+            _, _, total, grad, hess = self._setup_terms(theta, eye, batch)
+            return total, grad, hess
         hess = np.empty((self.ndim, self.ndim))
         total = grad = None
-        for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
-            total, grad, hess[:, j] = fn(theta, e, *batch)
+        for j in range(self.ndim):
+            _, _, total, grad, hvp = self._setup_terms(theta, eye[j : j + 1], batch)
+            hess[j] = hvp[0]
         return total, grad, hess
+
+    def _no_directions(self):
+        return np.zeros((0, self.ndim), dtype=self.theta.dtype)
+
+    def _setup_terms(self, theta, directions, batch):
+        return self._setup_function()(_as_theta(theta, self.theta.dtype), directions, *batch)
+
+    def _setup_function(self):
+        """ONE compiled function for every set-up quantity (DESIGN "One target"):
+
+        (θ, V (k, d), batch) -> [log p(θ), ∇log p(θ), Σ_k ℓ_k, Σ_k ∇ℓ_k, (Σ_k H_k) Vᵀ (k, d)].
+
+        The prior, the chunked sums of the centre's optimiser, the Hessian of the proxy sums
+        and the row-independence check all call it: on a fresh machine every distinct compiled
+        function costs seconds of C compilation (measured: four separate set-up functions took
+        18 s of a 28 s cold start), and a function with an unused output costs little at run
+        time. With k = 0 the Hessian-vector products cost nothing when they are vectorised over
+        the rows of V. When PyTensor cannot vectorise them (``a[group]`` indexing stalls its
+        rewrites for minutes), k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0.
+        """
+        if "setup" not in self._functions:
+            self._hvp_vectorised = not self._has_advanced_indexing()
+            if self._hvp_vectorised:
+                try:
+                    self._compile("setup", lambda: self._build_setup(vectorise=True))
+                except (NotImplementedError, TypeError, ValueError):
+                    self._hvp_vectorised = False
+            if not self._hvp_vectorised:
+                self._compile("setup", lambda: self._build_setup(vectorise=False))
+        return self._functions["setup"]
 
     def _has_advanced_indexing(self) -> bool:
         return any(
@@ -243,19 +263,20 @@ class TallModel:
             for node in applys_between([self.theta, *self.batch_inputs], [self.batch_loglik])
         )
 
-    def _build_sum_hessian(self):
+    def _build_setup(self, vectorise):
         total = pt.sum(self.batch_loglik)
         grad = pytensor.grad(total, self.theta)
-        # Vectorised over the d unit cotangents: if an op falls back to a Blockwise loop it
-        # loops over d, not over rows, and this runs only at set-up.
-        hess = pytensor.gradient.jacobian(grad, self.theta, vectorize=True)
-        return [self.theta, *self.batch_inputs], [total, grad, hess]
-
-    def _build_sum_hvp(self):
-        total = pt.sum(self.batch_loglik)
-        grad = pytensor.grad(total, self.theta)
+        directions = pt.matrix("directions", dtype=self.theta.dtype)
         hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
-        return [self.theta, self.direction, *self.batch_inputs], [total, grad, hvp]
+        if vectorise:
+            hvps = vectorize_graph(hvp, replace={self.direction: directions})
+        else:
+            # k is 0 or 1: the sum of the rows is that row, and safe to index when k = 0
+            one = pytensor.graph_replace(hvp, {self.direction: directions.sum(axis=0)}, strict=False)
+            none = pt.zeros((0, self.ndim), dtype=self.theta.dtype)
+            hvps = ifelse(directions.shape[0] > 0, pt.shape_padleft(one), none)
+        prior_grad = pytensor.grad(self.prior_graph, self.theta)
+        return [self.theta, directions, *self.batch_inputs], [self.prior_graph, prior_grad, total, grad, hvps]
 
     # ------------------------------------------------------------------- rows
     def gather(self, idx) -> tuple:
@@ -353,8 +374,11 @@ def observation_axis_length(model) -> int:
             shape = np.shape(value.get_value(borrow=True))
         elif hasattr(value, "data"):
             shape = np.shape(value.data)
+        elif value.type.shape[:1] != (None,):
+            shape = value.type.shape
         else:
-            shape = pm.draw(value.shape)
+            # PyTensor's Python linker: no C module compiled (pm.draw here cost 1.8 s of a first run)
+            shape = pytensor.function([], value.shape, mode=Mode(linker="py", optimizer="fast_compile"))()
         if len(shape) == 0:
             raise ValueError(
                 f"Observed variable {rv.name!r} is a scalar: it reduces over the rows. Give the "
