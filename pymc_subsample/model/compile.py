@@ -86,9 +86,13 @@ def _build_precompiled_header(compiledir: Path) -> str:
         key = hashlib.sha256(" ".join([cxx, *args]).encode()).hexdigest()[:16]
         folder = compiledir / "pymc_subsample_pch"
         header = folder / f"headers_{key}.h"
+        if " " in str(header):  # PyTensor splits gcc__cxxflags on spaces
+            return ""
         if not (folder / f"{header.name}.gch").exists():
             folder.mkdir(parents=True, exist_ok=True)
-            header.write_text("".join(f"#include {h}\n" for h in _HEADERS))
+            text = folder / f"{header.name}.{os.getpid()}"
+            text.write_text("".join(f"#include {h}\n" for h in _HEADERS))
+            os.replace(text, header)
             partial = folder / f"{header.name}.gch.{os.getpid()}"
             done = subprocess.run([cxx, "-x", "c++-header", *args, str(header), "-o", str(partial)],
                                   capture_output=True)
