@@ -39,7 +39,7 @@ def find_map_theta(
         scale = tall.n_rows / rows.size
 
     def neg_logp(theta):
-        lp, dlp = tall.prior_value_and_grad(theta)
+        lp, dlp = tall.prior_value_and_grad(theta, setup=True)
         ll, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, rows=rows, chunk_size=chunk_size)
         value = -(float(lp) + scale * float(ll))
         if not np.isfinite(value):
@@ -63,7 +63,7 @@ def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
     Hessian converges quadratically from there at the cost of ~2 passes per step.
     """
     for _ in range(steps):
-        _, dlp = tall.prior_value_and_grad(theta)
+        _, dlp = tall.prior_value_and_grad(theta, setup=True)
         _, dll, hll = chunked_sum(
             tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows, chunk_size=chunk_size
         )
@@ -99,7 +99,7 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
 
 
 def _log_posterior(tall, theta, chunk_size):
-    prior, _ = tall.prior_value_and_grad(theta)
+    prior, _ = tall.prior_value_and_grad(theta, setup=True)
     loglik, _ = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
     value = float(prior) + float(loglik)
     return value if np.isfinite(value) else -np.inf
@@ -150,7 +150,7 @@ def find_map(
 
 
 def _converged(tall, theta, rtol=1e-6):
-    _, dlp = tall.prior_value_and_grad(theta)
+    _, dlp = tall.prior_value_and_grad(theta, setup=True)
     _, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta)
     return np.max(np.abs(dlp + dll)) <= rtol * max(1.0, tall.n_rows)
 

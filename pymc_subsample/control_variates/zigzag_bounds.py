@@ -72,12 +72,12 @@ def quadratic_prior(tall, center, n_checks=3, rtol=1e-6):
     variables). Checked at ``n_checks`` points around θ* against the central-difference Hessian.
     """
     center = np.asarray(center, dtype=float)
-    grad_center = np.asarray(tall.prior_value_and_grad(center)[1], dtype=float)
+    grad_center = np.asarray(tall.prior_value_and_grad(center, setup=True)[1], dtype=float)
     hess = tall.prior_hessian(center)
     rng = np.random.default_rng(0)
     for _ in range(n_checks):
         step = rng.normal(scale=1.0 + np.abs(center))
-        grad = np.asarray(tall.prior_value_and_grad(center + step)[1], dtype=float)
+        grad = np.asarray(tall.prior_value_and_grad(center + step, setup=True)[1], dtype=float)
         expected = grad_center + hess @ step
         scale = 1.0 + np.abs(grad_center).max() + np.abs(hess @ step).max()
         if not np.allclose(grad, expected, rtol=rtol, atol=rtol * scale):

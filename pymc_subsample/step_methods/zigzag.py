@@ -169,7 +169,8 @@ class ZigZag(SubsampleStep):
         10⁷, where the ESS per draw fell 2.4x; each step here costs one full pass (Σℓ, A, B).
         """
         for _ in range(MAX_NEWTON):
-            grad = np.asarray(self.tall.prior_value_and_grad(self.proxy.center)[1]) + self.proxy.grad_sum
+            prior_grad = self.tall.prior_value_and_grad(self.proxy.center, setup=True)[1]
+            grad = np.asarray(prior_grad) + self.proxy.grad_sum
             step = np.linalg.solve(self.target.laplace_precision(), grad)
             if float(np.sqrt(max(grad @ step, 0.0))) <= NEWTON_TOLERANCE:
                 return
