@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sysconfig
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ _HEADERS = (
 _CLINKER_FLAGS = ("-O3", "-fno-math-errno", "-g", "-fvisibility=hidden")
 #: no debug information (PyTensor passes -g; the later -g0 wins): 15-20% of GCC's time per module
 _EXTRA_FLAGS = ("-g0",)
-_flags_cache: dict[str, str] = {}
+_headers: dict[str, Path | None] = {}  # compiledir → header whose .gch GCC uses, or None
 
 
 def compile_function(inputs, outputs, **kwargs):
@@ -63,32 +62,37 @@ def _precompiled_headers():
 
 
 def precompiled_header_flags() -> str:
-    """``-include <header>`` for GCC when its precompiled header exists or can be built, else ""."""
+    """``-g0 -include <header>`` for GCC when its precompiled header exists or can be built, else ""."""
     compiledir = pytensor.config.compiledir
-    cached = _flags_cache.get(compiledir)
+    header = _headers.get(compiledir)
     # built again when the cache was cleared meanwhile: a missing header would fail every module
-    if cached is None or (cached and not os.path.exists(cached.split()[-1] + ".gch")):
-        _flags_cache[compiledir] = _build_precompiled_header(Path(compiledir))
-    return _flags_cache[compiledir]
+    if compiledir not in _headers or (header is not None and not _gch(header).exists()):
+        header = _headers[compiledir] = _build_precompiled_header(Path(compiledir))
+    return "" if header is None else " ".join([*_EXTRA_FLAGS, "-include", str(header)])
 
 
-def _build_precompiled_header(compiledir: Path) -> str:
+def _gch(header: Path) -> Path:
+    return header.with_name(f"{header.name}.gch")
+
+
+def _build_precompiled_header(compiledir: Path) -> Path | None:
     cxx = pytensor.config.cxx
-    if not cxx or "clang" in os.path.basename(cxx) or shutil.which(cxx) is None:
-        return ""
+    if not cxx:
+        return None
     try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.lower()
+        if "clang" in version:
+            return None
         from pytensor.link.c.cmodule import GCC_compiler
 
         includes = [f"-I{d}" for d in _include_dirs()]
         args = [*_CLINKER_FLAGS, *GCC_compiler.compile_args(), *_EXTRA_FLAGS, *includes]
-        if "clang" in subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.lower():
-            return ""
         key = hashlib.sha256(" ".join([cxx, *args]).encode()).hexdigest()[:16]
         folder = compiledir / "pymc_subsample_pch"
         header = folder / f"headers_{key}.h"
         if " " in str(header):  # PyTensor splits gcc__cxxflags on spaces
-            return ""
-        if not (folder / f"{header.name}.gch").exists():
+            return None
+        if not _gch(header).exists():
             folder.mkdir(parents=True, exist_ok=True)
             text = folder / f"{header.name}.{os.getpid()}"
             text.write_text("".join(f"#include {h}\n" for h in _HEADERS))
@@ -98,11 +102,11 @@ def _build_precompiled_header(compiledir: Path) -> str:
                                   capture_output=True)
             if done.returncode != 0:
                 partial.unlink(missing_ok=True)
-                return ""
-            os.replace(partial, folder / f"{header.name}.gch")  # atomic: concurrent builders agree
-        return " ".join([*_EXTRA_FLAGS, "-include", str(header)])
-    except (OSError, ImportError, AttributeError):
-        return ""
+                return None
+            os.replace(partial, _gch(header))  # atomic: concurrent builders agree
+        return header
+    except (OSError, ImportError, AttributeError):  # no compiler, or a PyTensor without GCC_compiler
+        return None
 
 
 def _include_dirs():

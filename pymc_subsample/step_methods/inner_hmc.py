@@ -38,7 +38,6 @@ INNER_STAT_NAMES = {
 }
 
 
-
 class InnerHMC:
     """Mixin for a :class:`SubsampleStep` whose ``self.inner`` is PyMC's NUTS/HMC on ``self.potential``."""
 
