@@ -1,16 +1,24 @@
-"""Break-even N (issues 10 and 13): from which N HMCECS beats full-data NUTS in ESS/s, set-up included.
+"""Which sampler when (issues 10 and 13): full-data NUTS against HMCECS and the best SG method, by N.
 
 For each zoo model (tests/zoo.py, X and y as pm.Data) and each N, measured side by side in one
 process on a warm PyTensor cache:
 - full-data NUTS: ``pm.sample`` (1 chain), wall-clock seconds of the whole call (compilation,
   initialisation and sampling);
-- HMCECS with m = 1000 (the default) and with ``subsample_size="auto"``: the step's
-  construction (centre, proxy sums, compilation) plus ``pm.sample``.
-ESS/s = min over parameters of bulk ESS / those seconds. The last column is the best HMCECS
-ESS/s over NUTS's; break-even is the first N where it exceeds 1.
+- HMCECS with its defaults (m = 1000), and with ``--auto`` also ``subsample_size="auto"``: the
+  step's construction (centre, proxy sums, compilation) plus ``pm.sample``;
+- SGLD() and SGHMC() with their defaults (control-variate gradients, tuned step size), set-up
+  included likewise; the better of the two in ESS/s is the "best SG" column.
+ESS/s = min over parameters of bulk ESS / those seconds; [·] is the largest |Δmean| against the
+NUTS run in NUTS posterior sds. Break-even is the first N where a column's ESS/s exceeds NUTS's.
 
-Usage: python benchmarks/breakeven.py [--models logistic poisson_offset] [--rows 10000 30000 ...]
-       [--draws 500]
+Above ``--nuts-max-rows`` full-data NUTS is not run (at 10⁷ rows one NUTS draw costs seconds on
+2 cores). Its ESS/s there is *estimated* from the largest N where it ran: the same ESS in that
+run's seconds times the ratio of one full-data gradient's time at the two N, both gradient times
+measured in this run (at such N NUTS's time is its gradients'). Those cells say "est.", and
+[·] then compares with the HMCECS run of the same N instead (marked "vs HMCECS").
+
+Usage: python benchmarks/breakeven.py [--models logistic poisson_offset] [--rows 10000 100000 ...]
+       [--draws 500] [--nuts-max-rows 1000000] [--auto]
 """
 
 import argparse
@@ -19,6 +27,7 @@ import platform
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import arviz as az
@@ -45,6 +54,19 @@ def max_shift(idata, reference):
                             / b[v].std(("chain", "draw"))) for v in b.data_vars))
 
 
+def gradient_seconds(model, repeats=5):
+    """Seconds of one full-data gradient of log p (PyMC's compiled dlogp), the best of ``repeats``."""
+    dlogp = model.compile_dlogp()
+    point = model.initial_point()
+    dlogp(point)
+    best = np.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        dlogp(point)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def nuts(model, draws):
     with model:
         t = time.perf_counter()
@@ -52,38 +74,72 @@ def nuts(model, draws):
     return min_ess(idata), time.perf_counter() - t, idata
 
 
-def hmcecs(model, draws, subsample_size):
+def run_step(model, draws, make_step):
+    """(min ESS, seconds of construction + pm.sample, step, idata)."""
     with model:
         t = time.perf_counter()
-        step = pms.HMCECS(subsample_size=subsample_size, rng=0)
+        step = make_step()
         idata = pm.sample(step=step, draws=draws, tune=draws, random_seed=2, **SAMPLE)
-    return min_ess(idata), time.perf_counter() - t, step.subsample_size, idata
+    return min_ess(idata), time.perf_counter() - t, step, idata
+
+
+def cell(ess, sec, shift=None):
+    tail = "" if shift is None else f" [{shift:.2f}]"
+    return f"{ess:.0f} / {sec:.1f} s = {ess / sec:.1f}{tail}"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", nargs="+", default=["logistic", "poisson_offset"])
-    parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 30_000, 100_000, 300_000])
+    parser.add_argument("--rows", nargs="+", type=int, default=[10_000, 100_000, 1_000_000, 10_000_000])
     parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--nuts-max-rows", type=int, default=1_000_000)
+    parser.add_argument("--auto", action="store_true", help='also HMCECS(subsample_size="auto")')
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"1 chain, tune = draws = {args.draws}; warm cache (each model built once first)")
-    print("\n| model | N | NUTS ESS / s | HMCECS m=1000 ESS / s [max |Δmean|/sd] | "
-          "HMCECS auto (m) ESS / s [max |Δmean|/sd] | best HMCECS / NUTS ESS/s |")
-    print("|---|---|---|---|---|---|")
+          f"1 chain, tune = draws = {args.draws}; warm cache (each model built once first); "
+          f"NUTS run up to N = {args.nuts_max_rows:,}")
+    auto_head = " HMCECS auto (m) |" if args.auto else ""
+    print(f"\n| model | N | NUTS ESS / s = ESS/s | HMCECS (default) |{auto_head} best SG (method) | "
+          "HMCECS / NUTS | SG / NUTS |")
+    print("|---|---|---|---|" + ("---|" if args.auto else "") + "---|---|---|")
     for name in args.models:
-        hmcecs(build(name, 5_000), 50, 1000)  # warm the compilation cache for this model's graphs
+        warm = build(name, 5_000)  # warm the compilation cache for this model's graphs
+        for make in (lambda: pms.HMCECS(rng=0), lambda: pms.SGLD(rng=0), lambda: pms.SGHMC(rng=0)):
+            run_step(warm, 50, make)
+        measured = None  # (N, seconds, ESS, gradient seconds) of the largest NUTS run so far
         for n in args.rows:
             model = build(name, n)
-            ess_n, sec_n, ref = nuts(model, args.draws)
-            ess_f, sec_f, _, fixed = hmcecs(model, args.draws, min(1000, n))
-            ess_a, sec_a, m_auto, auto = hmcecs(model, args.draws, "auto")
-            best = max(ess_f / sec_f, ess_a / sec_a)
-            print(f"| {name} | {n:,} | {ess_n:.0f} / {sec_n:.1f} s = {ess_n / sec_n:.1f} | "
-                  f"{ess_f:.0f} / {sec_f:.1f} s = {ess_f / sec_f:.1f} [{max_shift(fixed, ref):.2f}] | "
-                  f"({m_auto}) {ess_a:.0f} / {sec_a:.1f} s = {ess_a / sec_a:.1f} "
-                  f"[{max_shift(auto, ref):.2f}] | {best / (ess_n / sec_n):.2f} |", flush=True)
+            grad_sec = gradient_seconds(model)
+            ess_h, sec_h, _, hmc = run_step(model, args.draws, lambda: pms.HMCECS(rng=0))
+            if n <= args.nuts_max_rows:
+                ess_n, sec_n, ref = nuts(model, args.draws)
+                measured = (n, sec_n, ess_n, grad_sec)
+                nuts_cell, against = cell(ess_n, sec_n), ref
+                shift_h = max_shift(hmc, ref)
+            else:
+                _, sec_m, ess_n, grad_m = measured
+                sec_n = sec_m * grad_sec / grad_m
+                nuts_cell = f"est. {ess_n:.0f} / {sec_n:.0f} s = {ess_n / sec_n:.2f}"
+                against, shift_h = hmc, None
+            row = [name, f"{n:,}", nuts_cell, cell(ess_h, sec_h, shift_h)]
+            if args.auto:
+                ess_a, sec_a, step_a, auto = run_step(model, args.draws,
+                                                      lambda: pms.HMCECS(subsample_size="auto", rng=0))
+                row.append(f"({step_a.subsample_size}) " + cell(ess_a, sec_a, max_shift(auto, against)))
+            sg = []
+            for method in ("SGLD", "SGHMC"):
+                ess_s, sec_s, _, sg_idata = run_step(model, args.draws, partial(getattr(pms, method), rng=0))
+                sg.append((ess_s / sec_s, method, ess_s, sec_s, max_shift(sg_idata, against)))
+            rate, method, ess_s, sec_s, shift_s = max(sg)
+            vs = "" if against is not hmc else " vs HMCECS"
+            row.append(cell(ess_s, sec_s, shift_s) + f"{vs} ({method})")
+            nuts_rate = ess_n / sec_n
+            row += [f"{ess_h / sec_h / nuts_rate:.2f}", f"{rate / nuts_rate:.2f}"]
+            print("| " + " | ".join(row) + " |", flush=True)
+        print(f"| {name}: one full-data gradient at N = {measured[0]:,}: {measured[3] * 1e3:.1f} ms; "
+              f"at N = {args.rows[-1]:,}: {grad_sec * 1e3:.1f} ms |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """ZigZag: the kernel on a Gaussian posterior, the thinning bound, the step method on logistic
 regression against a quadrature posterior and on Skin Segmentation against full-data NUTS."""
 
+import dataclasses
 
 import arviz as az
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from conftest import logistic_data, logistic_model, needs_data, skin_segmentation
 
 import pymc_subsample as pms
+from pymc_subsample.control_variates.zigzag_bounds import glm_row_constants, glm_row_sampler
 from pymc_subsample.kernels.zigzag import (
     RowStream,
     ZigZagCounts,
@@ -16,11 +18,14 @@ from pymc_subsample.kernels.zigzag import (
     first_arrival_times,
     gaussian_score,
     initial_horizon,
+    lipschitz_row_weights,
     logistic_score,
     random_velocity,
     row_lipschitz_maxima,
     tuned_horizon,
 )
+from pymc_subsample.model.glm import linear_predictor_model
+from pymc_subsample.model.tall import TallModel
 
 
 def assert_moments(draws, mean, cov, min_ess=400):
@@ -46,19 +51,23 @@ def gaussian_regression(n=5000, d=3, sigma=1.0, prior_sd=10.0, seed=0):
     return X, y, cov @ (X.T @ y) / sigma**2, cov, prec
 
 
-def gaussian_process(X, y, center, prec, sigma=1.0, prior_sd=10.0):
+def gaussian_process(X, y, center, prec, sigma=1.0, prior_sd=10.0, rows="uniform"):
+    """The kernel on the Gaussian regression, with uniform or Lipschitz-weighted rows."""
     d = X.shape[1]
     metric_r = np.linalg.cholesky(prec).T
-    a, b = row_lipschitz_maxima(X, np.linalg.inv(metric_r))
+    inv_r = np.linalg.inv(metric_r)
+    weights = lipschitz_row_weights(X, inv_r) if rows == "lipschitz" else np.ones(len(y))
+    a, b = row_lipschitz_maxima(X, inv_r, weights)
     process = ZigZagCV(
         center=center, prior_grad_center=-center / prior_sd**2, prior_hessian=-np.eye(d) / prior_sd**2,
-        loglik_grad_center=X.T @ (y - X @ center) / sigma**2, n_rows=len(y), score=gaussian_score(sigma),
-        curvature=1.0 / sigma**2, lipschitz_a=a, lipschitz_b=b, metric_r=metric_r,
+        loglik_grad_center=X.T @ (y - X @ center) / sigma**2, weight_total=weights.sum(),
+        score=gaussian_score(sigma), curvature=1.0 / sigma**2, lipschitz_a=a, lipschitz_b=b,
+        metric_r=metric_r,
     )
 
     def draw(rng, size):
-        idx = rng.integers(0, len(y), size=size)
-        return X[idx], y[idx], X[idx] @ center
+        idx = rng.choice(len(y), size=size, p=weights / weights.sum())
+        return X[idx], y[idx], X[idx] @ center, 1.0 / weights[idx]
 
     return process, draw
 
@@ -78,14 +87,16 @@ def run_kernel(process, draw, start, prec, rng, draws, tune=300, switches_per_dr
     return out, total
 
 
-def test_kernel_samples_a_known_gaussian_posterior():
+@pytest.mark.parametrize("rows", ["uniform", "lipschitz"])
+def test_kernel_samples_a_known_gaussian_posterior(rows):
     # θ* one posterior sd off the mode in every coordinate: the control-variate terms (A and
-    # N(∂ℓ_I(θ) − ∂ℓ_I(θ*))) are then far from zero and the one-row estimates noisy, so the
-    # formula of Ê matters (dropping A or the factor N moves the stationary law by many sd).
-    # Correlated coordinates (-0.6) mix slowly under axis-aligned velocities: 12 switches a draw.
+    # (W/w_I)(∂ℓ_I(θ) − ∂ℓ_I(θ*))) are then far from zero and the one-row estimates noisy, so the
+    # formula of Ê matters (dropping A, the factor W or the row's 1/w_I moves the stationary law
+    # by many sd). Correlated coordinates (-0.6) mix slowly under axis-aligned velocities: 12
+    # switches a draw.
     X, y, mean, cov, prec = gaussian_regression()
     center = mean + np.sqrt(np.diag(cov))
-    process, draw = gaussian_process(X, y, center, prec)
+    process, draw = gaussian_process(X, y, center, prec, rows=rows)
     draws, counts = run_kernel(process, draw, center, prec, np.random.default_rng(1), draws=2000,
                                switches_per_draw=12.0)
     assert counts.bound_exceeded == 0
@@ -118,12 +129,23 @@ def test_row_lipschitz_maxima_and_row_stream():
     brute_b = [max(abs(J[k, j]) * np.abs(J[k]).sum() for k in range(300)) for j in range(3)]
     np.testing.assert_allclose(a, brute_a)
     np.testing.assert_allclose(b, brute_b)
+    w = lipschitz_row_weights(J, inv_r)
+    np.testing.assert_allclose(w, [np.abs(J[k]).max() * np.linalg.norm(J[k] @ inv_r) for k in range(300)])
+    a_w, b_w = row_lipschitz_maxima(J, inv_r, w)
+    metric = np.linalg.norm(J @ inv_r, axis=1)
+    np.testing.assert_allclose(a_w, [max(abs(J[k, j]) * metric[k] / w[k] for k in range(300))
+                                     for j in range(3)])
+    np.testing.assert_allclose(b_w, [max(abs(J[k, j]) * np.abs(J[k]).sum() / w[k] for k in range(300))
+                                     for j in range(3)])
+    assert np.all(a_w <= 1 + 1e-12)  # so W a_j ≤ Σ_k w_k: a mean over rows, not a maximum
+    with pytest.raises(ValueError, match="has sampling weight 0: it would never be drawn"):
+        row_lipschitz_maxima(J, inv_r, np.where(np.arange(300) == 7, 0.0, w))
     calls = []
 
     def draw(rng, size):
         calls.append(size)
         idx = np.arange(size) + 10 * len(calls)
-        return J[idx], idx.astype(float), idx * 0.0
+        return J[idx], idx.astype(float), idx * 0.0, np.ones(size)
 
     stream = RowStream(batch=5)
     parts = [stream.take(n, draw, rng)[1] for n in (3, 4, 9)]
@@ -131,8 +153,9 @@ def test_row_lipschitz_maxima_and_row_stream():
     np.testing.assert_array_equal(np.concatenate(parts), [*range(10, 15), *range(20, 25), *range(30, 36)])
 
 
+@pytest.mark.parametrize("rows", ["uniform", "lipschitz"])
 @pytest.mark.parametrize("family", ["logistic", "gaussian"])
-def test_thinning_bound_holds_for_every_row_along_segments(family):
+def test_thinning_bound_holds_for_every_row_along_segments(family, rows):
     # v_j Ê_j^k(θ + vs) ≤ α_j + β_j s for ALL rows k (not just sampled ones), coordinates j,
     # times s, at points θ well beyond the posterior bulk: the bound the thinning relies on.
     rng = np.random.default_rng(4)
@@ -147,11 +170,13 @@ def test_thinning_bound_holds_for_every_row_along_segments(family):
     prec = kappa * X.T @ X + np.eye(d)
     center = rng.normal(size=d)
     metric_r = np.linalg.cholesky(prec).T
-    a, b = row_lipschitz_maxima(X, np.linalg.inv(metric_r))
+    inv_r = np.linalg.inv(metric_r)
+    weights = lipschitz_row_weights(X, inv_r) if rows == "lipschitz" else np.ones(n)
+    a, b = row_lipschitz_maxima(X, inv_r, weights)
     A = X.T @ score(y, X @ center)
     process = ZigZagCV(center=center, prior_grad_center=-center, prior_hessian=-np.eye(d),
-                       loglik_grad_center=A, n_rows=n, score=score, curvature=kappa, lipschitz_a=a,
-                       lipschitz_b=b, metric_r=metric_r)
+                       loglik_grad_center=A, weight_total=weights.sum(), score=score, curvature=kappa,
+                       lipschitz_a=a, lipschitz_b=b, metric_r=metric_r)
     sd = np.sqrt(np.diag(np.linalg.inv(prec)))
     worst = -np.inf
     for _ in range(30):
@@ -159,9 +184,69 @@ def test_thinning_bound_holds_for_every_row_along_segments(family):
         _, _, alpha, beta = process.segment(theta, v)
         for s in (0.0, 0.3, 1.0, 5.0):
             for j in range(d):
-                rate = process.estimates(theta, v, np.full(n, s), np.full(n, j), X, y, X @ center)
+                rate = process.estimates(theta, v, np.full(n, s), np.full(n, j), X, y, X @ center,
+                                         1.0 / weights)
                 worst = max(worst, float(np.max(rate - (alpha[j] + beta[j] * s))))
     assert worst <= 1e-9 * n, worst
+
+
+def test_weighted_rows_with_equal_weights_reduce_to_uniform_rows():
+    # w ≡ c: W = Nc, a and b divided by c, each estimate multiplied by W/c = N: the paper's ZZ-CV.
+    X, y, mean, cov, prec = gaussian_regression(n=500)
+    rng = np.random.default_rng(3)
+    uniform, _ = gaussian_process(X, y, mean, prec)
+    c = 0.37
+    metric_r = np.linalg.cholesky(prec).T
+    a, b = row_lipschitz_maxima(X, np.linalg.inv(metric_r), np.full(len(y), c))
+    weighted = dataclasses.replace(uniform, weight_total=c * len(y), lipschitz_a=a, lipschitz_b=b)
+    theta, v = mean + rng.normal(size=3) * 0.01, random_velocity(rng, 3)
+    np.testing.assert_allclose(weighted.rate_bounds(theta, v), uniform.rate_bounds(theta, v), rtol=1e-12)
+    times, coords = rng.random(len(y)), rng.integers(0, 3, len(y))
+    args = (theta, v, times, coords, X, y, X @ mean)
+    np.testing.assert_allclose(weighted.estimates(*args, np.full(len(y), 1 / c)),
+                               uniform.estimates(*args, 1.0), rtol=1e-12)
+
+
+def test_lipschitz_rows_keep_the_bound_off_the_extreme_rows():
+    # One row with covariates 50 times the others sets the uniform bound N max_k(...) for every
+    # coordinate; with rows drawn ∝ w_k its weight is large but the bound is a sum over rows.
+    rng = np.random.default_rng(8)
+    n, d = 20_000, 3
+    X = rng.normal(size=(n, d))
+    X[123] *= 50.0
+    inv_r = np.linalg.inv(np.linalg.cholesky(X.T @ X / 4 + np.eye(d)).T)
+    a_uniform, b_uniform = row_lipschitz_maxima(X, inv_r)
+    w = lipschitz_row_weights(X, inv_r)
+    a_lip, b_lip = row_lipschitz_maxima(X, inv_r, w)
+    assert np.all(w.sum() * a_lip < 0.2 * n * a_uniform)
+    assert np.all(w.sum() * b_lip < 0.2 * n * b_uniform)
+
+
+def test_glm_row_constants_and_sampler_draw_rows_in_proportion_to_their_weights():
+    X, y = logistic_data(n=2000, d=3, seed=6)
+    X[5] *= 20.0  # one heavy row: drawn far more often than the rest
+    with logistic_model(X, y):
+        glm = linear_predictor_model(TallModel())
+    inv_r = np.linalg.inv(np.linalg.cholesky(X.T @ X / 4 + np.eye(3)).T)
+    constants = glm_row_constants(glm, inv_r, chunk_size=300)  # several chunks
+    w = lipschitz_row_weights(X, inv_r)
+    np.testing.assert_allclose(constants.weight_total, w.sum(), rtol=1e-12)
+    np.testing.assert_allclose([constants.a, constants.b], row_lipschitz_maxima(X, inv_r, w), rtol=1e-12)
+    jac, obs, eta_center, inv_weight = glm_row_sampler(glm, np.zeros(3), constants, inv_r)(
+        np.random.default_rng(0), 200_000)
+    rows = np.nonzero((jac[:, None, :] == X[None, :, :]).all(-1))[1]  # which row each draw is
+    assert len(rows) == 200_000
+    np.testing.assert_allclose(inv_weight, 1.0 / w[rows], rtol=1e-12)
+    np.testing.assert_array_equal(obs, y[rows])
+    counts = np.bincount(rows, minlength=len(y))
+    expected = 200_000 * w / w.sum()
+    z = (counts - expected) / np.sqrt(expected)
+    assert np.abs(z).max() < 5.0, z[np.argmax(np.abs(z))]  # 2000 cells: |z| > 5 has chance ~1e-3
+    assert counts[5] > 5 * np.median(counts)
+    uniform = glm_row_constants(glm, inv_r, rows="uniform")
+    assert uniform.weight_total == 2000 and uniform.cumulative_weights is None
+    with pytest.raises(ValueError, match="rows must be one of"):
+        glm_row_constants(glm, inv_r, rows="importance")
 
 
 # ------------------------------------------------------------- step method (PyMC)
@@ -204,15 +289,16 @@ def test_step_on_logistic_regression_matches_the_quadrature_posterior():
     assert_moments(idata.posterior["beta"].values[0], mean, cov)
 
 
-def test_step_on_a_gaussian_model_matches_its_known_posterior():
+@pytest.mark.parametrize("rows", ["uniform", "lipschitz"])
+def test_step_on_a_gaussian_model_matches_its_known_posterior(rows):
     # Linear regression with σ known through PyMC (the normal_identity GLM view): the posterior
     # is Gaussian and known exactly. θ* one posterior sd off the mode, as in the kernel test.
     X, y, mean, cov, _ = gaussian_regression(n=4000, sigma=0.8)
     with pm.Model():
         beta = pm.Normal("beta", 0, 10.0, shape=3)
         pm.Normal("y", mu=pm.Data("X", X) @ beta, sigma=0.8, observed=y)
-        step = pms.ZigZag(center=mean + np.sqrt(np.diag(cov)), switches_per_draw=12.0, rng=2)
-        idata = pm.sample(step=step, draws=2000, tune=300, chains=1, random_seed=4, progressbar=False,
+        step = pms.ZigZag(center=mean + np.sqrt(np.diag(cov)), switches_per_draw=12.0, rows=rows, rng=2)
+        idata = pm.sample(step=step, draws=2500, tune=300, chains=1, random_seed=4, progressbar=False,
                           compute_convergence_checks=False)
     assert int(idata.sample_stats["n_bound_exceeded"].sum()) == 0
     assert_moments(idata.posterior["beta"].values[0], mean, cov)
@@ -242,6 +328,8 @@ def test_bad_input_is_refused_with_what_to_change():
             pms.ZigZag(horizon=-1.0)
         with pytest.raises(ValueError, match="row_batch must be a positive integer"):
             pms.ZigZag(row_batch=2.5)
+        with pytest.raises(ValueError, match=r"rows must be one of \('lipschitz', 'uniform'\)"):
+            pms.ZigZag(rows="importance")
     with pm.Model():
         beta = pm.Normal("beta", 0, 1, shape=2)
         pm.Poisson("count", mu=pm.math.exp(X @ beta), observed=(y * 3).astype(int))

@@ -3,63 +3,106 @@
 For a GLM row ℓ_k = f(y_k, η_k), η_k affine in θ with Jacobian J_k, and |f''| ≤ κ, the change of
 ∂_jℓ_k between θ* and θ is at most κ |J_kj| |J_k·(θ − θ*)| (the quantity behind seed 000's
 Lipschitz importance-sampling bounds, here per coordinate). The bound of
-:mod:`pymc_subsample.kernels.zigzag` needs its maximum over all N rows, per coordinate, in two
-norms: one streamed pass over the rows, with the GLM view's J on each chunk.
+:mod:`pymc_subsample.kernels.zigzag` needs, per coordinate and in two norms, its maximum over all
+N rows relative to each row's sampling weight, and the weights themselves when rows are drawn in
+proportion to them: one streamed pass over the rows, with the GLM view's J on each chunk.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from pymc_subsample.kernels.zigzag import row_lipschitz_maxima
+from pymc_subsample.kernels.zigzag import lipschitz_row_weights, row_lipschitz_maxima
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 
-__all__ = ["glm_lipschitz_maxima", "glm_row_sampler", "quadratic_prior"]
+__all__ = ["ROW_CHOICES", "RowConstants", "glm_row_constants", "glm_row_sampler", "quadratic_prior"]
+
+#: how ZigZag draws the row of each candidate switch
+ROW_CHOICES = ("lipschitz", "uniform")
 
 
-def glm_lipschitz_maxima(glm, inv_r, *, chunk_size=DEFAULT_CHUNK_SIZE):
-    """max_k |J_kj| ‖R⁻ᵀJ_k‖₂ and max_k |J_kj| ‖J_k‖₁ over the N rows of ``glm.tall`` (one pass).
+@dataclass(frozen=True)
+class RowConstants:
+    """What one pass over the rows gives the Zig-Zag bound and its row sampler.
+
+    ``a``, ``b`` (d,): max_k |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and max_k |J_kj| ‖J_k‖₁ / w_k (without κ);
+    ``weight_total``: W = Σ_k w_k; ``cumulative_weights`` (N,): the running sums of w_k, from
+    which rows are drawn with probability w_k/W, or None for uniform rows (w ≡ 1, W = N).
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    weight_total: float
+    cumulative_weights: np.ndarray | None = None
+
+
+def glm_row_constants(glm, inv_r, *, rows="lipschitz", chunk_size=DEFAULT_CHUNK_SIZE) -> RowConstants:
+    """The constants of the thinning bound over the N rows of ``glm.tall``, in one chunked pass.
 
     Parameters
     ----------
     glm : LinearPredictorModel
     inv_r : ndarray (d, d)
         R⁻¹, R the upper Cholesky factor of the metric of the bound.
+    rows : {"lipschitz", "uniform"}
+        "lipschitz": rows drawn with probability ∝ w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂, which keeps the bound
+        independent of the most extreme rows (kernels.zigzag docstring); costs 8 bytes per row.
+        "uniform": the paper's uniform rows.
     chunk_size : int
         Rows per chunk (contiguous views of the row data, no copy).
-
-    Returns
-    -------
-    a, b : ndarray (d,)
-        The constants of :class:`~pymc_subsample.kernels.zigzag.ZigZagCV` (without κ).
     """
+    if rows not in ROW_CHOICES:
+        raise ValueError(f"rows must be one of {ROW_CHOICES}; got {rows!r}.")
     tall = glm.tall
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     a = np.zeros(tall.ndim)
     b = np.zeros(tall.ndim)
+    weights = np.empty(tall.n_rows) if rows == "lipschitz" else None
     for start in range(0, tall.n_rows, chunk_size):
-        batch = tall.row_slice(start, min(start + chunk_size, tall.n_rows))
-        chunk_a, chunk_b = row_lipschitz_maxima(glm.eta_jacobian(batch), inv_r)
+        stop = min(start + chunk_size, tall.n_rows)
+        jac = glm.eta_jacobian(tall.row_slice(start, stop))
+        chunk_w = None
+        if weights is not None:
+            chunk_w = weights[start:stop] = lipschitz_row_weights(jac, inv_r)
+        chunk_a, chunk_b = row_lipschitz_maxima(jac, inv_r, chunk_w)
         np.maximum(a, chunk_a, out=a)
         np.maximum(b, chunk_b, out=b)
-    return a, b
+    if weights is None:
+        return RowConstants(a, b, float(tall.n_rows))
+    cumulative = np.cumsum(weights, out=weights)  # in place: one array of N numbers in all
+    if not cumulative[-1] > 0:
+        raise ValueError("every row has J_k = ∂η_k/∂θ = 0: the likelihood does not depend on the free "
+                         "variables, so there is nothing to sample from the rows.")
+    return RowConstants(a, b, float(cumulative[-1]), cumulative)
 
 
-def glm_row_sampler(glm, center):
-    """``draw(rng, size) -> (J (size, d), y (size,), η(θ*) (size,))`` for uniform rows with replacement.
+def glm_row_sampler(glm, center, constants=None, inv_r=None):
+    """``draw(rng, size) -> (J, y, η(θ*), 1/w)`` for rows drawn with replacement.
 
-    Rows are gathered once per batch of proposals (``RowStream``), so a proposal costs no
-    compiled call: the kernel evaluates ∂ℓ/∂η of its row in NumPy from these arrays.
+    Uniform rows (``constants`` None or without weights: 1/w = 1), or rows drawn with probability
+    w_k/W by inverting the running sums of :class:`RowConstants`. The drawn rows' w_k are computed
+    again from their J_k (``inv_r`` as in :func:`glm_row_constants`), not recovered as differences
+    of the running sums: those lose digits for rows far below the mean weight, and the bound was
+    built from exactly these w_k. Rows are gathered once per batch of proposals (``RowStream``), so
+    a proposal costs no compiled call: the kernel evaluates ∂ℓ/∂η of its row in NumPy from these.
     """
     tall = glm.tall
     center = np.asarray(center, dtype=float)
+    cumulative = None if constants is None else constants.cumulative_weights
 
     def draw(rng, size):
-        idx = rng.integers(0, tall.n_rows, size=size)
+        if cumulative is None:
+            idx = rng.integers(0, tall.n_rows, size=size)
+        else:
+            u = rng.random(size) * cumulative[-1]
+            idx = np.minimum(np.searchsorted(cumulative, u, side="right"), tall.n_rows - 1)
         batch = tall.gather(idx)
         jac = glm.eta_jacobian(batch)
-        return jac, glm.observed(batch), glm.eta(center, batch)
+        inv_weight = np.ones(size) if cumulative is None else 1.0 / lipschitz_row_weights(jac, inv_r)
+        return jac, glm.observed(batch), glm.eta(center, batch), inv_weight
 
     return draw
 

@@ -9,26 +9,27 @@ potential U(θ) = U₀(θ) − Σ_k ℓ_k(θ) with U₀ = −log p the prior par
 v_j). The canonical rate is max(0, v_j ∂_jU(θ)). Positions at fixed times are then draws of π
 along one path (the skeleton is not needed).
 
-**Subsampling with control variates** (paper §3, ZZ-CV). For a uniform row I ~ U{1..N},
+**Subsampling with control variates** (paper §3, ZZ-CV). For a row I drawn with probability
+p_k = w_k/W (W = Σ_k w_k; the paper's uniform rows are w ≡ 1, W = N),
 
-    Ê_j^I(θ) = ∂_jU₀(θ) − A_j − N (∂_jℓ_I(θ) − ∂_jℓ_I(θ*)),   A = Σ_k ∇ℓ_k(θ*),
+    Ê_j^I(θ) = ∂_jU₀(θ) − A_j − (W/w_I) (∂_jℓ_I(θ) − ∂_jℓ_I(θ*)),   A = Σ_k ∇ℓ_k(θ*),
 
 has E_I Ê_j^I = ∂_jU. The rate λ̃_j = E_I max(0, v_j Ê_j^I) satisfies the rate condition above
-(max(0, x) − max(0, −x) = x under the expectation), so the process still has π as invariant law:
-subsampling changes the speed of mixing, not the target. Unlike the paper, the prior part is
-kept exact (it is O(d)) instead of being split into N shares.
+(max(0, x) − max(0, −x) = x under the expectation), so the process still has π as invariant law
+for any weights: subsampling changes the speed of mixing, not the target. Unlike the paper, the
+prior part is kept exact (it is O(d)) instead of being split into N shares.
 
 **Thinning bound.** Rows ℓ_k = f(y_k, η_k) with η_k(θ) = η_k(θ*) + J_k·(θ − θ*) and |f''| ≤ κ
 give |∂_jℓ_k(θ) − ∂_jℓ_k(θ*)| ≤ κ |J_kj| |J_k·(θ − θ*)|. With R upper triangular, RᵀR = P (a
 positive-definite matrix, the Laplace precision) and Cauchy-Schwarz, |J_k·Δ| ≤ ‖R⁻ᵀJ_k‖₂ ‖RΔ‖₂;
 along the segment θ + vs, |J_k·v| ≤ ‖J_k‖₁. So, with the per-row constants computed in one pass
 
-    a_j = κ max_k |J_kj| ‖R⁻ᵀJ_k‖₂,    b_j = κ max_k |J_kj| ‖J_k‖₁,
+    a_j = κ max_k |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k,    b_j = κ max_k |J_kj| ‖J_k‖₁ / w_k,
 
 and a quadratic log-prior (constant Hessian H₀ = ∇²log p), every row k and s ≥ 0 satisfy
 
     v_j Ê_j^k(θ + vs) ≤ α_j + β_j s,
-    α_j = v_j (∂_jU₀(θ) − A_j) + N a_j ‖RΔ‖₂,    β_j = −v_j (H₀v)_j + N b_j.
+    α_j = v_j (∂_jU₀(θ) − A_j) + W a_j ‖RΔ‖₂,    β_j = −v_j (H₀v)_j + W b_j.
 
 This is the paper's affine bound a_i + b_i t of §3.2 (there with a p-norm Lipschitz constant C_i:
 a_i = (θ_i ∂_iΨ(ξ*))⁺ + C_i‖ξ − ξ*‖_p, b_i = C_i d^{1/p}) with the prior part exact and the
@@ -37,6 +38,15 @@ true rate, √N, whatever the scale and correlation of the covariates. Candidate
 from the bound; a candidate for coordinate j is a switch with probability
 max(0, v_j Ê_j^I)/max(0, α_j + β_j s) for a fresh row I. The counters record every candidate
 whose estimate exceeds its bound (there must be none).
+
+**Which rows.** Uniform rows (w ≡ 1) make the bound N max_k |J_kj|‖R⁻ᵀJ_k‖₂: set by the most
+extreme row, it grows with N for unbounded covariates (≈ √(2 log N) for Gaussian ones), and the
+thinning efficiency falls with it. Rows drawn in proportion to their own Lipschitz constant,
+w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ (:func:`lipschitz_row_weights`; the Lipschitz importance sampling of
+seed 000 §4.3, applied to the Zig-Zag rates), give a_j ≤ 1, so W a_j ≤ Σ_k w_k: N times the mean
+constant instead of N times the largest. Likewise b_j ≤ max_k ‖J_k‖₁/‖R⁻ᵀJ_k‖₂, a ratio of norms
+that no single row can make large. So the bound stops depending on the extreme rows. One weight
+per row is kept (not one per row and coordinate: d·N numbers would not fit at N = 10⁸).
 
 **Simulation.** The bound from a segment's start holds along the whole line until v changes, so
 candidate times of all d coordinates are drawn ahead (K per coordinate, complete up to the
@@ -61,6 +71,7 @@ __all__ = [
     "gaussian_score",
     "initial_horizon",
     "logistic_score",
+    "lipschitz_row_weights",
     "random_velocity",
     "row_lipschitz_maxima",
     "tuned_horizon",
@@ -89,8 +100,16 @@ SCORES = {
 }
 
 
-def row_lipschitz_maxima(jac, inv_r):
-    """Per-coordinate maxima over the rows of ``jac`` of |J_kj| ‖R⁻ᵀJ_k‖₂ and |J_kj| ‖J_k‖₁.
+def lipschitz_row_weights(jac, inv_r):
+    """w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ for the rows of ``jac`` (m, d): each row's Lipschitz constant of the
+    largest of its d gradient coordinates in the bound's metric, without κ (module docstring).
+    """
+    jac = np.asarray(jac, dtype=float)
+    return np.abs(jac).max(axis=1) * np.linalg.norm(jac @ inv_r, axis=1)
+
+
+def row_lipschitz_maxima(jac, inv_r, weights=None):
+    """Per-coordinate maxima over the rows of ``jac`` of |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and |J_kj| ‖J_k‖₁ / w_k.
 
     Parameters
     ----------
@@ -98,6 +117,9 @@ def row_lipschitz_maxima(jac, inv_r):
         J_k = ∂η_k/∂θ for m rows.
     inv_r : ndarray (d, d)
         R⁻¹, R the upper Cholesky factor of the metric P = RᵀR; (R⁻ᵀJ_k)ᵀ = J_kᵀR⁻¹.
+    weights : ndarray (m,), optional
+        w_k ≥ 0, the rows' sampling weights; None: uniform (w ≡ 1). A row of weight 0 is never
+        drawn and must have J_k = 0 (its gradient is then 0 and it adds nothing to any estimate).
 
     Returns
     -------
@@ -109,7 +131,17 @@ def row_lipschitz_maxima(jac, inv_r):
     abs_jac = np.abs(jac)
     metric_norm = np.linalg.norm(jac @ inv_r, axis=1)
     l1_norm = abs_jac.sum(axis=1)
-    return (abs_jac * metric_norm[:, None]).max(axis=0), (abs_jac * l1_norm[:, None]).max(axis=0)
+    if weights is None:
+        scale = np.ones(len(jac))
+    else:
+        weights = np.asarray(weights, dtype=float)
+        if np.any((weights <= 0) & (abs_jac.max(axis=1, initial=0.0) > 0)):
+            raise ValueError("a row with J_k ≠ 0 has sampling weight 0: it would never be drawn, and the "
+                             "estimates would be biased. Give every row with J_k ≠ 0 a positive weight.")
+        scale = np.divide(1.0, weights, out=np.zeros(len(jac)), where=weights > 0)
+    a = (abs_jac * (metric_norm * scale)[:, None]).max(axis=0, initial=0.0)
+    b = (abs_jac * (l1_norm * scale)[:, None]).max(axis=0, initial=0.0)
+    return a, b
 
 
 def first_arrival_times(alpha, beta, level):
@@ -131,18 +163,19 @@ def first_arrival_times(alpha, beta, level):
 
 @dataclass
 class RowStream:
-    """Uniform rows drawn ahead in batches: (J_k, y_k, η_k(θ*)) for the proposals, in order.
+    """Rows drawn ahead in batches: (J_k, y_k, η_k(θ*), 1/w_k) for the proposals, in order.
 
     The row of each proposal is independent of the process, so drawing B of them at once is
     exact and turns B single-row gathers into one. Plain arrays only, so that PyMC's per-chain
-    state can copy it; ``draw(rng, size) -> (jac (size, d), y (size,), eta_center (size,))``
-    is passed at each call and never stored.
+    state can copy it; ``draw(rng, size) -> (jac (size, d), y (size,), eta_center (size,),
+    inv_weight (size,))`` is passed at each call and never stored.
     """
 
     batch: int = 4096
     jac: np.ndarray | None = None
     y: np.ndarray | None = None
     eta_center: np.ndarray | None = None
+    inv_weight: np.ndarray | None = None
     pos: int = 0
 
     def take(self, n, draw, rng):
@@ -150,11 +183,11 @@ class RowStream:
         parts = []
         while n > 0:
             if self.jac is None or self.pos >= len(self.y):
-                self.jac, self.y, self.eta_center = draw(rng, max(self.batch, n))
+                self.jac, self.y, self.eta_center, self.inv_weight = draw(rng, max(self.batch, n))
                 self.pos = 0
             k = min(n, len(self.y) - self.pos)
             sl = slice(self.pos, self.pos + k)
-            parts.append((self.jac[sl], self.y[sl], self.eta_center[sl]))
+            parts.append((self.jac[sl], self.y[sl], self.eta_center[sl], self.inv_weight[sl]))
             self.pos += k
             n -= k
         if len(parts) == 1:
@@ -187,14 +220,15 @@ class ZigZagCV:
         H₀ = ∇²log p, constant (a Gaussian or flat prior on θ).
     loglik_grad_center : ndarray (d,)
         A = Σ_k ∇ℓ_k(θ*).
-    n_rows : int
-        N.
+    weight_total : float
+        W = Σ_k w_k over the N rows, which are drawn with probability w_k/W (N for uniform rows).
     score : callable
         ∂ℓ/∂η (y, η), vectorised.
     curvature : float
         κ ≥ sup |∂²ℓ/∂η²|.
     lipschitz_a, lipschitz_b : ndarray (d,)
-        max_k |J_kj| ‖R⁻ᵀJ_k‖₂ and max_k |J_kj| ‖J_k‖₁ over all N rows (without κ).
+        max_k |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and max_k |J_kj| ‖J_k‖₁ / w_k over all N rows (without κ;
+        :func:`row_lipschitz_maxima`).
     metric_r : ndarray (d, d)
         R, with ‖RΔ‖₂ the norm of Δ in the bound.
     """
@@ -203,7 +237,7 @@ class ZigZagCV:
     prior_grad_center: np.ndarray
     prior_hessian: np.ndarray
     loglik_grad_center: np.ndarray
-    n_rows: int
+    weight_total: float
     score: object
     curvature: float
     lipschitz_a: np.ndarray
@@ -219,8 +253,8 @@ class ZigZagCV:
                 f"{self.curvature!r}. Families with unbounded curvature (Poisson with a log link) "
                 "have no global Lipschitz bound."
             )
-        self._na = self.n_rows * self.curvature * np.asarray(self.lipschitz_a, dtype=float)
-        self._nb = self.n_rows * self.curvature * np.asarray(self.lipschitz_b, dtype=float)
+        self._na = self.weight_total * self.curvature * np.asarray(self.lipschitz_a, dtype=float)
+        self._nb = self.weight_total * self.curvature * np.asarray(self.lipschitz_b, dtype=float)
 
     def exact_gradient(self, theta):
         """∂U₀(θ) − A: the exact part of every estimate Ê^I (a quadratic prior), shape (d,)."""
@@ -230,7 +264,7 @@ class ZigZagCV:
     def segment(self, theta, v):
         """The exact part v_j(∂_jU₀ − A_j) at θ, its slope along v, and the bound's α, β (all (d,)).
 
-        v_j Ê_j^k(θ + vs) = exact_j + slope_j s − v_j N (∂_jℓ_k(θ + vs) − ∂_jℓ_k(θ*)) ≤ α_j + β_j s
+        v_j Ê_j^k(θ + vs) = exact_j + slope_j s − v_j (W/w_k)(∂_jℓ_k(θ + vs) − ∂_jℓ_k(θ*)) ≤ α_j + β_j s
         for every row k and s ≥ 0 (module docstring).
         """
         exact = v * self.exact_gradient(theta)
@@ -242,10 +276,11 @@ class ZigZagCV:
         """α, β (d,) with v_j Ê_j^k(θ + vs) ≤ α_j + β_j s for every row k and s ≥ 0."""
         return self.segment(theta, v)[2:]
 
-    def estimates(self, theta, v, times, coords, jac, y, eta_center, exact=None, slope=None):
+    def estimates(self, theta, v, times, coords, jac, y, eta_center, inv_weight, exact=None, slope=None):
         """v_j Ê_j^I(θ + t v) for candidates (t_i, j_i, row I_i) on the segment from θ.
 
-        Rows are ``jac`` (m, d), ``y`` (m,), ``eta_center`` = η_I(θ*) (m,). Along the segment,
+        Rows are ``jac`` (m, d), ``y`` (m,), ``eta_center`` = η_I(θ*) (m,) and ``inv_weight`` =
+        1/w_I (m,; ones for uniform rows, or a scalar). Along the segment,
         η_I = η_I(θ*) + J_I·(θ − θ*) + t J_I·v and the exact part is linear in t (quadratic prior),
         so a chunk costs two mat-vecs over its rows. ``exact``, ``slope`` from :meth:`segment`.
         """
@@ -253,7 +288,7 @@ class ZigZagCV:
             exact, slope = self.segment(theta, v)[:2]
         eta = eta_center + jac @ (theta - self.center) + times * (jac @ v)
         diff = self.score(y, eta) - self.score(y, eta_center)
-        data = (self.n_rows * v[coords]) * diff * jac[np.arange(len(coords)), coords]
+        data = (self.weight_total * v[coords]) * inv_weight * diff * jac[np.arange(len(coords)), coords]
         return exact[coords] + slope[coords] * times - data
 
     def advance(self, theta, v, horizon, rng, rows, draw, counts=None, first_chunk=FIRST_CHUNK):
@@ -278,8 +313,8 @@ class ZigZagCV:
             hit, start, size = None, 0, first_chunk
             while start < len(ts) and hit is None:
                 j, t = js[start : start + size], ts[start : start + size]
-                jac, y, eta_c = rows.take(len(t), draw, rng)
-                rate = self.estimates(theta, v, t, j, jac, y, eta_c, exact, slope)
+                jac, y, eta_c, inv_w = rows.take(len(t), draw, rng)
+                rate = self.estimates(theta, v, t, j, jac, y, eta_c, inv_w, exact, slope)
                 bound = alpha[j] + beta[j] * t
                 switch = rng.random(len(t)) * bound < rate  # probability max(0, rate)/bound
                 first = int(np.argmax(switch)) if switch.any() else len(t)

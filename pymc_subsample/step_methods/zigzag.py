@@ -18,7 +18,8 @@ from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.zigzag_bounds import (
-    glm_lipschitz_maxima,
+    ROW_CHOICES,
+    glm_row_constants,
     glm_row_sampler,
     quadratic_prior,
 )
@@ -87,6 +88,12 @@ class ZigZag(SubsampleStep):
         steps until it is within 0.1 Laplace sd of the mode (at most 3 passes): the estimates'
         noise grows with N‖θ − θ*‖. A given centre is used as it is; mixing and the thinning
         efficiency fall as it moves away from the mode.
+    rows : {"lipschitz", "uniform"}
+        How the row of each candidate switch is drawn. "lipschitz" (default): with probability
+        proportional to the row's Lipschitz constant w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂, weighted by 1/w_k
+        in the estimate, which keeps the thinning bound a mean over rows instead of a maximum
+        (8 bytes per row, kept for the run). "uniform": the paper's uniform rows, whose bound
+        follows the most extreme row and so grows with N for unbounded covariates.
     row_batch : int
         Rows gathered at once for the proposals (one gather and d + 2 compiled calls per batch).
     model, chunk_size, rng, initial_point, client
@@ -98,11 +105,12 @@ class ZigZag(SubsampleStep):
     posterior, whatever the subsample (paper §3); only the Monte Carlo error remains. Supported:
     logistic regression, through the GLM view of :mod:`pymc_subsample.model.glm` (κ = 1/4), with
     a Gaussian or flat prior. The thinning bound uses per-row constants of every row, computed in
-    one chunked pass at set-up (kernels.zigzag docstring). One switch costs O(1) rows in N; the
-    thinning efficiency (switches per candidate) depends on how far the largest |J_kj|‖J_k‖ is
-    above the typical row: not on N for bounded covariates, slowly (log N) for Gaussian ones. It
-    also falls with d (the bound uses Cauchy-Schwarz over d coordinates): measured 1-2% for
-    d = 2-4 and 0.4% for d = 31 (``benchmarks/exact_zigzag.py``).
+    one chunked pass at set-up (kernels.zigzag docstring). One switch costs O(1) rows in N. With
+    uniform rows the thinning efficiency (switches per candidate) depends on how far the largest
+    |J_kj|‖J_k‖ is above the typical row, so it falls slowly (log N) for Gaussian covariates;
+    with Lipschitz-weighted rows (the default) the bound is a mean over rows and does not depend
+    on N. It falls with d (the bound uses Cauchy-Schwarz over d coordinates); measured values
+    are in ``benchmarks/README.md`` (``benchmarks/exact.py``).
 
     Stats: ``n_switches`` (velocity flips this draw), ``n_proposed_switches`` (thinning
     candidates on the path; ``n_switches / n_proposed_switches`` is the thinning efficiency),
@@ -123,14 +131,17 @@ class ZigZag(SubsampleStep):
         "horizon": (np.float64, []),
     }
 
-    def __init__(self, vars=None, *, switches_per_draw=None, horizon=None, center=None, row_batch=4096,
-                 model=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
+    def __init__(self, vars=None, *, switches_per_draw=None, horizon=None, center=None, rows="lipschitz",
+                 row_batch=4096, model=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
         # cheap checks first (arguments and the family), before the centre and the passes
         if switches_per_draw is not None:
             switches_per_draw = check_positive(switches_per_draw, "switches_per_draw")
         if horizon is not None:
             horizon = check_positive(horizon, "horizon")
         self.row_batch = check_positive(row_batch, "row_batch", integer=True)
+        if rows not in ROW_CHOICES:
+            raise ValueError(f"rows must be one of {ROW_CHOICES}; got {rows!r}.")
+        self.row_choice = rows
         _check_family(pm.modelcontext(model))
         super().__init__(vars, model=model, center=center, proxy_order=1, chunk_size=chunk_size, **kwargs)
         glm = self.glm
@@ -140,14 +151,15 @@ class ZigZag(SubsampleStep):
         prior_grad, prior_hess = quadratic_prior(self.tall, center)
         precision = self.target.laplace_precision()
         metric_r = np.linalg.cholesky(precision).T  # RᵀR = P: the bound measures θ − θ* in P's norm
-        lip_a, lip_b = glm_lipschitz_maxima(glm, np.linalg.inv(metric_r), chunk_size=chunk_size)
+        inv_r = np.linalg.inv(metric_r)
+        constants = glm_row_constants(glm, inv_r, rows=rows, chunk_size=chunk_size)
         self.process = ZigZagCV(
             center=center, prior_grad_center=prior_grad, prior_hessian=prior_hess,
-            loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float), n_rows=self.tall.n_rows,
-            score=SCORES[glm.family](glm), curvature=glm.max_curvature, lipschitz_a=lip_a, lipschitz_b=lip_b,
-            metric_r=metric_r,
+            loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float),
+            weight_total=constants.weight_total, score=SCORES[glm.family](glm), curvature=glm.max_curvature,
+            lipschitz_a=constants.a, lipschitz_b=constants.b, metric_r=metric_r,
         )
-        self._draw_rows = glm_row_sampler(glm, center)
+        self._draw_rows = glm_row_sampler(glm, center, constants, inv_r)
         self.switches_per_draw = 4.0 * self.tall.ndim if switches_per_draw is None else switches_per_draw
         self.fixed_horizon = horizon
         self._initial_horizon = horizon if horizon is not None else initial_horizon(precision)
