@@ -14,8 +14,12 @@ peak resident memory (``ru_maxrss``) is its own. Per N it prints:
   each): max |Δmean|/sd_Laplace and the range of sd/sd_Laplace;
 - θ* off: max |θ* − mode|/sd_Laplace of HMCECS's centre, and the mean σ̂² of the run.
 
+``--compression none`` writes the zarr chunks uncompressed, so that ``pms.Data`` reads each row
+alone from its chunk's file (``ZarrChunkRows``); the default, zarr's own zstd, makes every row
+read decode a whole chunk.
+
 Usage: python benchmarks/scale.py [--rows 100000 1000000 10000000 100000000] [--dir /tmp/pms_scale]
-       [--format zarr|npy] [--chunk-rows 4096] [--draws 300]
+       [--format zarr|npy] [--compression zstd|none] [--chunk-rows 4096] [--draws 300]
 The data are written once per N under --dir (12.4 GB at N = 10⁸) and reused.
 """
 
@@ -36,7 +40,7 @@ D = 31
 WRITE_BLOCK = 1_000_000
 
 
-def write_data(root: Path, n_rows: int, chunk_rows: int, fmt: str, seed=0):
+def write_data(root: Path, n_rows: int, chunk_rows: int, fmt: str, compression="zstd", seed=0):
     root.mkdir(parents=True, exist_ok=True)
     if (root / "done").exists():
         return
@@ -45,10 +49,11 @@ def write_data(root: Path, n_rows: int, chunk_rows: int, fmt: str, seed=0):
     if fmt == "zarr":
         import zarr
 
+        codecs = {} if compression == "zstd" else {"compressors": None}
         X = zarr.create_array(str(root / "X.zarr"), shape=(n_rows, D), dtype="float32",
-                              chunks=(chunk_rows, D), overwrite=True)
+                              chunks=(chunk_rows, D), overwrite=True, **codecs)
         y = zarr.create_array(str(root / "y.zarr"), shape=(n_rows,), dtype="float32",
-                              chunks=(chunk_rows,), overwrite=True)
+                              chunks=(chunk_rows,), overwrite=True, **codecs)
     else:
         X = np.lib.format.open_memmap(root / "X.npy", mode="w+", dtype="float32", shape=(n_rows, D))
         y = np.lib.format.open_memmap(root / "y.npy", mode="w+", dtype="float32", shape=(n_rows,))
@@ -123,13 +128,15 @@ def main():
     parser.add_argument("--chunk-rows", type=int, default=4096)
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--format", choices=["zarr", "npy"], default="zarr")
+    parser.add_argument("--compression", choices=["zstd", "none"], default="zstd")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print("RESULT " + json.dumps(run_one(Path(args.one), args.draws, args.format)))
         return
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; d = {D}, "
-          f"float32 {args.format}" + (f", chunks of {args.chunk_rows} rows" if args.format == "zarr" else "")
+          f"float32 {args.format}" + (f", chunks of {args.chunk_rows} rows, {args.compression}"
+                                      if args.format == "zarr" else "")
           + "; HMCECS m = 1000, 100 blocks, "
           f"{args.draws} + {args.draws} iterations, 1 chain")
     print(f"{'N':>11} {'write s':>8} {'pass s':>7} {'set-up s':>8} {'=passes':>7} {'counted':>7} "
@@ -137,9 +144,10 @@ def main():
           f"{'θ* off':>6} {'σ̂²':>5}")
     base = None
     for n in map(int, args.rows):
-        root = Path(args.dir) / f"{args.format}_n{n}_c{args.chunk_rows}"
+        suffix = "" if args.compression == "zstd" or args.format == "npy" else "_raw"
+        root = Path(args.dir) / f"{args.format}_n{n}_c{args.chunk_rows}{suffix}"
         t0 = time.perf_counter()
-        write_data(root, n, args.chunk_rows, args.format)
+        write_data(root, n, args.chunk_rows, args.format, args.compression)
         written = time.perf_counter() - t0
         proc = subprocess.run([sys.executable, __file__, "--one", str(root), "--draws", str(args.draws),
                                "--format", args.format],

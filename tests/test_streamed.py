@@ -1,12 +1,14 @@
 """pms.Data: rows that stay where they are (npy memmap, zarr, Dask), read on demand (issue 12)."""
 
+import pickle
+
 import numpy as np
 import pymc as pm
 import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.model.chunks import chunked_sum
-from pymc_subsample.model.sources import as_row_source
+from pymc_subsample.model.sources import ZarrChunkRows, as_row_source
 from pymc_subsample.model.tall import TallModel
 
 zarr = pytest.importorskip("zarr", reason="zarr is in the test extra: pip install -e '.[test]'")
@@ -43,6 +45,9 @@ def big(tmp_path_factory):
     np.save(root / "y.npy", y)
     zarr.create_array(str(root / "X.zarr"), data=X, chunks=(CHUNK, D))
     zarr.create_array(str(root / "y.zarr"), data=y, chunks=(CHUNK,))
+    # uncompressed: rows read alone from the chunk files (ZarrChunkRows)
+    zarr.create_array(str(root / "X_raw.zarr"), data=X, chunks=(CHUNK, D), compressors=None)
+    zarr.create_array(str(root / "y_raw.zarr"), data=y, chunks=(CHUNK,), compressors=None)
     return X, y, root
 
 
@@ -74,7 +79,8 @@ def _draws(model, step):
 def test_same_draws_as_in_memory_data_from_npy_and_zarr(big, step):
     X, y, root = big
     reference = _draws(_model(X, y, in_memory=True), step).posterior["beta"].values
-    for X_source, y_source in [(root / "X.npy", root / "y.npy"), (root / "X.zarr", root / "y.zarr")]:
+    for X_source, y_source in [(root / "X.npy", root / "y.npy"), (root / "X.zarr", root / "y.zarr"),
+                               (root / "X_raw.zarr", root / "y_raw.zarr")]:
         with pytest.warns(UserWarning, match="Could not extract data from symbolic observation"):
             idata = _draws(_model(X_source, y_source), step)
         np.testing.assert_allclose(idata.posterior["beta"].values, reference, rtol=0, atol=1e-10)
@@ -131,6 +137,31 @@ def test_rows_are_read_by_chunk_in_any_order_with_a_cache(tmp_path):
     dask_source = as_row_source(da.from_array(data, chunks=(7, 2)), "a")
     np.testing.assert_array_equal(dask_source[idx], data[idx])
     np.testing.assert_array_equal(dask_source[6:22], data[6:22])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_uncompressed_zarr_rows_are_read_alone_from_the_chunk_files(tmp_path, zarr_format):
+    rng = np.random.default_rng(4)
+    data = rng.normal(size=(1003, 3)).astype(np.float32)
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=zarr_format)
+    group.create_array("X", data=data, chunks=(100, 3), compressors=None)  # stored under g.zarr/X
+    y = group.create_array("y", shape=(250,), chunks=(100,), dtype="f8", compressors=None, fill_value=0.0)
+    y[:100] = np.arange(100.0)  # chunks 1 and 2 are never written: the fill value
+    for source in (as_row_source(tmp_path / "g.zarr" / "X", "X"), as_row_source(group["X"], "X")):
+        assert isinstance(source.array, ZarrChunkRows)
+        assert source.description["read"] == "rows from chunk files"
+        idx = rng.integers(0, 1003, 700)
+        np.testing.assert_array_equal(source[idx], data[idx])
+        np.testing.assert_array_equal(source[37:1003], data[37:])
+        np.testing.assert_array_equal(source[0:100], data[:100])
+        assert source.chunks_read == 0  # no chunk decoded whole, no chunk cache
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(source))[idx[:50]], data[idx[:50]])
+    filled = as_row_source(group["y"], "y")
+    np.testing.assert_array_equal(filled[np.array([5, 150, 99, 249])], [5.0, 0.0, 99.0, 0.0])
+    np.testing.assert_array_equal(filled[95:105], [95, 96, 97, 98, 99, 0, 0, 0, 0, 0])
+    compressed = zarr.create_array(str(tmp_path / "c.zarr"), data=data, chunks=(100, 3),
+                                   zarr_format=zarr_format)
+    assert not isinstance(as_row_source(compressed, "X").array, ZarrChunkRows)  # decoded whole, cached
 
 
 def test_plain_nuts_on_streamed_data_is_a_clear_error(tmp_path):
