@@ -63,7 +63,11 @@ class RowSource:
         self._cache = OrderedDict()
         self._cached_bytes = 0
         self.chunks_read = 0  # native chunks decoded so far (for tests and benchmarks)
-        self.direct = kind in _DIRECT or isinstance(array, ZarrChunkRows)  # row-addressable: no cache
+
+    @property
+    def direct(self) -> bool:
+        """Rows addressable one by one (``.npy``, memmap, uncompressed local zarr): no chunk cache."""
+        return self.kind in _DIRECT or isinstance(self.array, ZarrChunkRows)
 
     # ------------------------------------------------------------------ array protocol
     @property
