@@ -83,7 +83,10 @@ def test_same_draws_as_in_memory_data_from_npy_and_zarr(big, step):
                                (root / "X_raw.zarr", root / "y_raw.zarr")]:
         with pytest.warns(UserWarning, match="Could not extract data from symbolic observation"):
             idata = _draws(_model(X_source, y_source), step)
-        np.testing.assert_allclose(idata.posterior["beta"].values, reference, rtol=0, atol=1e-10)
+        # the set-up's full passes add the chunks in another order than one in-memory sum, so the
+        # draws agree to round-off (seen: 1.7e-10 after 40 draws), not bit for bit; another draw
+        # would differ by about the posterior sd (~1e-2)
+        np.testing.assert_allclose(idata.posterior["beta"].values, reference, rtol=0, atol=1e-8)
         # no copy of the N rows in the InferenceData
         assert "constant_data" not in idata.groups() and "observed_data" not in idata.groups()
 

@@ -15,6 +15,8 @@ O(m)); the gradient is reverse mode through the estimator's own formula, which
 computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·ℓ_batch, v) with
 w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
 Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
+For a GLM (ℓ_k = f(y_k, η_k), η affine in θ) the same d is written in η instead
+(:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode, three mat-vecs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytensor
 import pytensor.tensor as pt
 
 from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
+from pymc_subsample.estimators.glm_differences import glm_differences_graph, glm_view_for_estimator
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import compile_function
@@ -48,7 +51,7 @@ class SubsampledTarget:
         Rows per chunk of the one full-data pass (Σℓ, A, B at θ*).
     """
 
-    def __init__(self, tall, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE):
+    def __init__(self, tall, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE, glm="auto"):
         self.tall = tall
         self.n_rows = tall.n_rows
         self.proxy = TaylorProxy(tall, center, order, chunk_size=chunk_size)
@@ -56,12 +59,28 @@ class SubsampledTarget:
         self.order = self.proxy.order
         self._functions = {}
         self._precision = None
+        self._glm_choice = glm
+        self._glm = None
+
+    @property
+    def glm(self):
+        """The GLM view the difference graph is written in (``glm_differences``), or None (generic).
+
+        ``glm="auto"`` (default) uses it whenever the model is a GLM of a known family whose f
+        matches the model's own rows; ``glm=False`` forces the generic forward-mode graph.
+        """
+        if self._glm_choice not in (False, "checked"):
+            self._glm = glm_view_for_estimator(self.tall, self.center)
+            self._glm_choice = "checked"
+        return self._glm
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):
         """D = ℓ_batch(θ) − q_batch(θ), with q from directional derivatives at θ* along v."""
         tall = self.tall
         center = tall.theta.type(name="center")
+        if self.glm is not None:
+            return center, glm_differences_graph(self.glm, self.order, center)
         # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
         # must hold v fixed, not differentiate through its dependence on θ*
         direction = tall.theta.type(name="v")

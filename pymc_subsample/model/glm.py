@@ -10,6 +10,7 @@ exist, and evaluates η, y and J on any batch of rows in NumPy-friendly form.
 from __future__ import annotations
 
 import numpy as np
+import pytensor.tensor as pt
 from pytensor.graph.traversal import explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
@@ -52,7 +53,12 @@ class LinearPredictorModel:
         self.sigma = sigma
         self.max_curvature = FAMILIES[family][2] if sigma is None else 1.0 / sigma**2
         eta_rows, y_rows = tall.batch_graph([eta, observed])
-        self._fn = compile_function([tall.theta, *tall.batch_inputs], [eta_rows, y_rows.astype("float64")])
+        # one η per row even when the model's η is shared (y ~ N(μ, σ): η = μ is a scalar), so that
+        # per-row derivatives in η (glm_differences) and J_k have a row each
+        eta_rows = pt.broadcast_to(eta_rows, y_rows.shape)
+        #: η and y of the batch as graphs in (θ, batch) (the GLM differences of the estimator use them)
+        self.eta_rows, self.observed_rows = eta_rows, y_rows.astype("float64")
+        self._fn = compile_function([tall.theta, *tall.batch_inputs], [self.eta_rows, self.observed_rows])
         self._check_affine()
 
     def _call(self, theta, batch):
