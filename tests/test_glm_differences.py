@@ -40,7 +40,8 @@ def gaussian_mean(n, seed=0):
 
 BUILD = {"hierarchical_logistic": hierarchical_logistic, "linear_known_sigma": linear_known_sigma,
          "gaussian_mean": gaussian_mean}
-CASES = [("gaussian_mean", 1), ("gaussian_mean", 2), ("logistic", 0), ("logistic", 1), ("logistic", 2), ("bambi_form", 2), ("poisson_offset", 2),
+CASES = [("gaussian_mean", 1), ("gaussian_mean", 2),
+         ("logistic", 0), ("logistic", 1), ("logistic", 2), ("bambi_form", 2), ("poisson_offset", 2),
          ("hierarchical_logistic", 2), ("linear_known_sigma", 2)]
 
 
