@@ -6,7 +6,7 @@ the construction of the step (graphs, compilation, centre, proxy sums, pilot); N
 HMCECS is given our centre (its MAP cost is not counted) and its time includes JAX compilation.
 
 Usage: python benchmarks/hmcecs.py [--rows 1000000] [--features 30] [--nuts-draws 200]
-       [--skip-scaling] [--skip-numpyro]
+       [--skip-scaling] [--skip-numpyro] [--only-scaling] [--only-iteration]
 """
 
 import argparse
@@ -160,9 +160,38 @@ def scaling(args):
           f"per evaluation: {per_eval[10**7] / per_eval[10**5]:.2f}")
 
 
+def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
+    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (issue 10's goal: ≤ 1 ms at
+    d = 31, ≤ 0.3 ms at d = 4, m = 1000), X and y as pm.Data.
+
+    After a short run that pays the one-off compilations, two runs from the same step, with
+    ``draws`` and ``2 * draws`` draws after the same warm-up: their difference divided by ``draws``
+    is the cost of one more iteration, everything PyMC does per draw included, without its
+    one-off costs (start-up, the InferenceData conversion).
+    """
+    print(f"\n## one HMC-ECS iteration inside pm.sample, N = {n_rows}, m = {args.m}, 100 blocks")
+    print("| d | ms per iteration | potential evaluations per iteration | µs per evaluation |")
+    print("|---|---|---|---|")
+    for d in (31, 4):
+        X, y = logistic_data(n_rows, d, seed=3)
+        with logistic_model(X, y):
+            step = pms.HMCECS(subsample_size=args.m, num_blocks=100)
+            seconds = {}
+            for n in (10, draws, 2 * draws):  # the first run pays PyMC's one-off compilations
+                t = time.perf_counter()
+                idata = pm.sample(step=step, draws=n, tune=500, chains=1, random_seed=1,
+                                  progressbar=False, compute_convergence_checks=False)
+                seconds[n] = time.perf_counter() - t
+        per_iter = (seconds[2 * draws] - seconds[draws]) / draws
+        evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
+        print(f"| {d} | {1e3 * per_iter:.2f} | {evals:.1f} | {1e6 * per_iter / evals:.0f} |")
+
+
 def main(args):
     if args.only_scaling:
         return scaling(args)
+    if args.only_iteration:
+        return iteration_in_pm_sample(args)
     print(
         f"machine: {platform.machine()}, {platform.python_version()}; m = {args.m}, G = 100, "
         f"HMCECS {args.tune}+{args.draws}, NUTS {args.nuts_tune}+{args.nuts_draws}, 1 chain each"
@@ -192,5 +221,7 @@ if __name__ == "__main__":
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--skip-numpyro", action="store_true")
     parser.add_argument("--only-scaling", action="store_true")
+    parser.add_argument("--only-iteration", action="store_true",
+                        help="per iteration inside pm.sample, d = 31 and 4")
     parser.add_argument("--skip-nuts", action="store_true")
     main(parser.parse_args())
