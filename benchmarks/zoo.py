@@ -3,7 +3,8 @@
 For each zoo model (tests/zoo.py, X and y as pm.Data) at N rows, measured side by side in one
 process:
 - warm set-up: constructing ``pms.HMCECS()`` a second time (compiled functions cached on disk),
-  in seconds and as a multiple of one full-data gradient pass;
+  in seconds and as a multiple of one full-data gradient pass, beside PyMC's own warm set-up for
+  NUTS (``logp_dlogp_function`` a second time) in the same unit;
 - ms per leapfrog step: one call of the subsampled potential at the default subsample size m
   (printed; what PyMC's integrator calls once per leapfrog step);
 - one full-data gradient: PyMC's own ``logp_dlogp_function`` on all N rows (what full-data
@@ -43,14 +44,17 @@ def measure(name, n_rows):
         t = time.perf_counter()
         step = pms.HMCECS(rng=0)
         warm = time.perf_counter() - t
-        full = model.logp_dlogp_function(ravel_inputs=True)
+        model.logp_dlogp_function(ravel_inputs=True)  # PyMC's NUTS function, compiled once
+        t = time.perf_counter()
+        full = model.logp_dlogp_function(ravel_inputs=True)  # and again, warm: NUTS's own set-up
+        nuts_warm = time.perf_counter() - t
         full.set_extra_values({})
         x0 = step.proxy.center
         t_full = best_time(lambda: full(x0), 10)
     step.potential.subsample = step._draw_subsample()
     t_leap = best_time(lambda: step.potential._pytensor_function(x0 + 1e-3), 200)
     return dict(d=step.tall.ndim, first=first, warm=warm, passes=warm / t_full, leap=t_leap, full=t_full,
-                m=step.potential.subsample.size)
+                m=step.potential.subsample.size, nuts_passes=nuts_warm / t_full)
 
 
 COLD = """
@@ -87,12 +91,14 @@ def main():
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"N = {args.rows}, HMCECS defaults, X and y as pm.Data")
     cold_column = " cold first draw HMCECS / NUTS (s) |" if args.cold else ""
-    print("\n| model | d | set-up first / warm (s) | warm set-up in full-gradient passes | ms per leapfrog "
-          "(default m) | full-data gradient (ms) | full / leapfrog |" + cold_column)
-    print("|---|---|---|---|---|---|---|" + ("---|" if args.cold else ""))
+    print("\n| model | d | set-up first / warm (s) | warm set-up in full-gradient passes | PyMC's warm "
+          "logp_dlogp_function in passes | ms per leapfrog (default m) | full-data gradient (ms) | "
+          "full / leapfrog |" + cold_column)
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.cold else ""))
     for name in args.models:
         r = measure(name, args.rows)
         line = (f"| {name} | {r['d']} | {r['first']:.1f} / {r['warm']:.1f} | {r['passes']:.0f} | "
+                f"{r['nuts_passes']:.0f} | "
                 f"{r['leap'] * 1e3:.3f} ({r['m']}) | {r['full'] * 1e3:.1f} | {r['full'] / r['leap']:.0f} |")
         if args.cold:
             ours, nuts = cold(name, args.rows, True), cold(name, args.rows, False)
