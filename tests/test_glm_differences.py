@@ -5,8 +5,8 @@ import pymc as pm
 import pytest
 from zoo import build
 
-from pymc_subsample.estimators.glm_differences import GLM_LOGLIK
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model.glm import GLM_LOGLIK
 from pymc_subsample.model.tall import TallModel
 
 
@@ -79,3 +79,27 @@ def test_glm_view_is_used_only_where_it_reproduces_the_model(monkeypatch):
     # is caught by the numerical check, and the generic graph is used
     monkeypatch.setitem(GLM_LOGLIK, "poisson_log", GLM_LOGLIK["bernoulli_logit"])
     assert _targets(build("poisson_offset", 2_000))[1].glm is None
+
+
+@pytest.mark.parametrize("name", ["gaussian_mean", "logistic", "poisson_offset", "hierarchical_logistic"])
+def test_glm_hessian_sums_equal_the_model_graphs(name):
+    """Σ H_k of the set-up passes, from η for a GLM (f''(η_k) J_k J_kᵀ), equals the per-row
+    Hessians of the model's own graph (forward mode, d² passes)."""
+    tall = TallModel(BUILD[name](3_000) if name in BUILD else build(name, 3_000))
+    assert tall.glm_view is not None
+    rng = np.random.default_rng(4)
+    batch = tall.gather(rng.integers(0, tall.n_rows, 300))
+    theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
+    total, grad, hess = tall.loglik_sum_value_grad_hessian(theta, batch)
+    np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
+    assert total == pytest.approx(tall.loglik_rows(theta, batch).sum(), rel=1e-12)
+
+
+def test_a_failed_glm_check_keeps_the_hessian_vector_products(monkeypatch):
+    monkeypatch.setitem(GLM_LOGLIK, "poisson_log", GLM_LOGLIK["bernoulli_logit"])
+    tall = TallModel(build("poisson_offset", 2_000))
+    assert tall.glm_view is None
+    batch = tall.gather(np.arange(200))
+    theta = tall.initial_theta + 0.1
+    hess = tall.loglik_sum_value_grad_hessian(theta, batch)[2]
+    np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)

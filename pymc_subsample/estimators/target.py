@@ -28,7 +28,7 @@ import pytensor
 import pytensor.tensor as pt
 
 from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
-from pymc_subsample.estimators.glm_differences import glm_differences_graph, glm_view_for_estimator
+from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import compile_function
@@ -60,7 +60,6 @@ class SubsampledTarget:
         self._functions = {}
         self._precision = None
         self._glm_choice = glm
-        self._glm = None
 
     @property
     def glm(self):
@@ -69,10 +68,7 @@ class SubsampledTarget:
         ``glm="auto"`` (default) uses it whenever the model is a GLM of a known family whose f
         matches the model's own rows; ``glm=False`` forces the generic forward-mode graph.
         """
-        if self._glm_choice not in (False, "checked"):
-            self._glm = glm_view_for_estimator(self.tall, self.center)
-            self._glm_choice = "checked"
-        return self._glm
+        return self.tall.glm_view if self._glm_choice else None
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):

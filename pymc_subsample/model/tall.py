@@ -22,6 +22,7 @@ from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import compile_function
+from pymc_subsample.model.glm import GLM_CURVATURE, glm_view_matching_rows, observed_family
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
@@ -84,6 +85,7 @@ class TallModel:
         self._functions = {}
         self._prior_batch = None  # one row: the set-up function computes the prior too
         self._hvp_vectorised = True
+        self._glm_view = None  # found with the set-up function (_setup_function)
         self._build_row_graphs()
         self._check_rows_independent()
 
@@ -227,6 +229,9 @@ class TallModel:
         theta = _as_theta(theta, self.theta.dtype)
         eye = np.eye(self.ndim, dtype=self.theta.dtype)
         self._setup_function()
+        if self._glm_view is not None:
+            total, grad = self.loglik_sum_value_and_grad(theta, batch)
+            return total, grad, self._glm_hessian_sum(theta, batch)
         if self._hvp_vectorised:
             _, _, total, grad, hess = self._setup_terms(theta, eye, batch)
             return total, grad, hess
@@ -257,6 +262,8 @@ class TallModel:
         the rows of V. When PyTensor cannot vectorise them (``a[group]`` indexing stalls its
         rewrites for minutes), k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0.
         """
+        if "setup" not in self._functions and self._find_glm_view():
+            return self._functions["setup"]
         if "setup" not in self._functions:
             self._hvp_vectorised = not self._has_advanced_indexing()
             if self._hvp_vectorised:
@@ -268,18 +275,54 @@ class TallModel:
                 self._compile("setup", lambda: self._build_setup(vectorise=False))
         return self._functions["setup"]
 
+    @property
+    def glm_view(self):
+        """The model as a GLM (:class:`~pymc_subsample.model.glm.LinearPredictorModel`) when it is
+        one observed Bernoulli-logit, Poisson-log or known-σ Normal with η affine in θ whose family's
+        f gives the model's own rows (checked numerically); else None.
+        """
+        self._setup_function()
+        return self._glm_view
+
+    def _find_glm_view(self) -> bool:
+        """Set up a GLM's set-up function: no Hessian-vector products, Σ H_k from η instead.
+
+        For such a model H_k = f''(η_k) J_k J_kᵀ (:meth:`_glm_hessian_sum`), so the set-up function
+        needs no second-order graph: 9 fewer C modules of 32 on a logistic regression's first run,
+        about 4 s. The GLM view is found by structure first (it compiles only η); its numerical
+        check against the model's rows needs the set-up function itself, and if it fails (a term f
+        does not know) the set-up function is compiled again with the products.
+        """
+        if observed_family(self.model) not in GLM_CURVATURE:
+            return False
+        self._compile("setup", lambda: self._build_setup(vectorise=False, hessian=False))
+        self._glm_view = glm_view_matching_rows(self, self.initial_theta)
+        if self._glm_view is None:
+            del self._functions["setup"]
+            return False
+        return True
+
+    def _glm_hessian_sum(self, theta, batch):
+        """Σ_k f''(η_k) J_k J_kᵀ over ``batch`` (exact: η is affine, J from d + 1 values of η)."""
+        glm = self._glm_view
+        jac = glm.eta_jacobian(batch)
+        curvature = GLM_CURVATURE[glm.family](glm.eta(theta, batch), glm.sigma)
+        return jac.T @ (curvature[:, None] * jac)
+
     def _has_advanced_indexing(self) -> bool:
         return any(
             isinstance(node.op, (AdvancedSubtensor, AdvancedSubtensor1))
             for node in applys_between([self.theta, *self.batch_inputs], [self.batch_loglik])
         )
 
-    def _build_setup(self, vectorise):
+    def _build_setup(self, vectorise, hessian=True):
         total = pt.sum(self.batch_loglik)
         grad = pytensor.grad(total, self.theta)
         directions = pt.matrix("directions", dtype=self.theta.dtype)
         hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
-        if vectorise:
+        if not hessian:  # a GLM: Σ H_k comes from η (_glm_hessian_sum)
+            hvps = pt.zeros((directions.shape[0], self.ndim), dtype=self.theta.dtype)
+        elif vectorise:
             hvps = vectorize_graph(hvp, replace={self.direction: directions})
         else:
             # k is 0 or 1: the sum of the rows is that row, and safe to index when k = 0
