@@ -20,6 +20,7 @@ read decode a whole chunk.
 
 Usage: python benchmarks/scale.py [--rows 100000 1000000 10000000 100000000] [--dir /tmp/pms_scale]
        [--format zarr|npy] [--compression zstd|none] [--chunk-rows 4096] [--draws 300]
+       [--numpyro [--skip-ours]]
 The data are written once per N under --dir (12.4 GB at N = 10⁸) and reused.
 """
 
@@ -110,6 +111,82 @@ def run_one(root: Path, draws: int, fmt: str) -> dict:
     return out
 
 
+def run_numpyro(root: Path, draws: int, fmt: str) -> dict:
+    """NumPyro's HMCECS on the same rows (issue 12's side-by-side): it needs them in memory.
+
+    The data are loaded into JAX arrays; the Taylor proxy is centred at a Newton-step MLE on the
+    first 20,000 rows (NumPy, a fraction of a second); m = 1000, 100 blocks, ``draws`` warm-up
+    + ``draws`` draws. Total seconds from loading to the last draw, and the peak resident memory.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import HMCECS, MCMC, NUTS
+
+    t0 = time.perf_counter()
+    if fmt == "npy":
+        X, y = np.load(root / "X.npy"), np.load(root / "y.npy")
+    else:
+        import zarr
+
+        X, y = zarr.open_array(str(root / "X.zarr"))[:], zarr.open_array(str(root / "y.zarr"))[:]
+    n = X.shape[0]
+    Xs, ys, center = X[:20_000].astype(float), y[:20_000].astype(float), np.zeros(D)
+    for _ in range(8):  # Newton steps for the logistic MLE with the N(0, 1) prior, on a subset
+        p = 1 / (1 + np.exp(-(Xs @ center)))
+        grad = Xs.T @ (ys - p) * (n / Xs.shape[0]) - center
+        hess = -(Xs.T * (p * (1 - p))) @ Xs * (n / Xs.shape[0]) - np.eye(D)
+        center = center - np.linalg.solve(hess, grad)
+    Xj, yj = jnp.asarray(X), jnp.asarray(y)
+    del X, y
+
+    def model(X, y):
+        beta = numpyro.sample("beta", dist.Normal(jnp.zeros(D), 1.0).to_event(1))
+        with numpyro.plate("N", n, subsample_size=1000) as idx:
+            numpyro.sample("obs", dist.Bernoulli(logits=X[idx] @ beta), obs=y[idx])
+
+    proxy = HMCECS.taylor_proxy({"beta": jnp.asarray(center, dtype=jnp.float32)})
+    kernel = HMCECS(NUTS(model), num_blocks=100, proxy=proxy)
+    mcmc = MCMC(kernel, num_warmup=draws, num_samples=draws, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), Xj, yj)
+    beta = np.asarray(mcmc.get_samples()["beta"])
+    true_beta = np.load(root / "beta.npy")
+    return {"total_s": time.perf_counter() - t0,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "max_z_true": float(np.max(np.abs(beta.mean(0) - true_beta) / beta.std(0)))}
+
+
+def numpyro_row(args, n, root, limit_gb=21.0):
+    """NumPyro's HMCECS at this N in its own process, killed if its resident memory passes
+    ``limit_gb`` (this is a 24 GB VM); one printed line."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, __file__, "--numpyro-one", str(root), "--draws",
+                             str(args.draws), "--format", args.format],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watched, peak = psutil.Process(proc.pid), 0.0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, watched.memory_info().rss / 2**30)
+        except psutil.NoSuchProcess:
+            break
+        if peak > limit_gb:
+            proc.kill()
+            break
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate()
+    line = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
+    if not line:
+        why = f"killed at {peak:.1f} GB resident" if peak > limit_gb else stderr[-1500:]
+        print(f"{n:>11} NumPyro HMCECS failed: {why}", flush=True)
+        return
+    r = json.loads(line[0][7:])
+    print(f"{n:>11} NumPyro HMCECS (data in memory): total {r['total_s']:.1f} s (load, compile, "
+          f"{2 * args.draws} iterations), peak RSS {r['peak_rss_gb']:.2f} GB, z true {r['max_z_true']:.2f}",
+          flush=True)
+
+
 def laplace_at_mode(tall, theta, newton_steps=3):
     """The Laplace approximation at the full-data mode: Newton steps from θ*, one streamed pass each."""
     from pymc_subsample.model.chunks import chunked_sum
@@ -129,10 +206,17 @@ def main():
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--format", choices=["zarr", "npy"], default="zarr")
     parser.add_argument("--compression", choices=["zstd", "none"], default="zstd")
+    parser.add_argument("--numpyro", action="store_true",
+                        help="also NumPyro's HMCECS on the same data, after ours at each N (extra bench)")
+    parser.add_argument("--skip-ours", action="store_true", help="with --numpyro: NumPyro only")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--numpyro-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print("RESULT " + json.dumps(run_one(Path(args.one), args.draws, args.format)))
+        return
+    if args.numpyro_one:
+        print("RESULT " + json.dumps(run_numpyro(Path(args.numpyro_one), args.draws, args.format)))
         return
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; d = {D}, "
           f"float32 {args.format}" + (f", chunks of {args.chunk_rows} rows, {args.compression}"
@@ -149,6 +233,9 @@ def main():
         t0 = time.perf_counter()
         write_data(root, n, args.chunk_rows, args.format, args.compression)
         written = time.perf_counter() - t0
+        if args.numpyro and args.skip_ours:
+            numpyro_row(args, n, root)
+            continue
         proc = subprocess.run([sys.executable, __file__, "--one", str(root), "--draws", str(args.draws),
                                "--format", args.format],
                               capture_output=True, text=True)
@@ -164,7 +251,10 @@ def main():
               f"{r['max_z_true']:>6.2f} {r['max_dmean_laplace']:>8.2f} "
               f"{r['sd_ratio_range'][0]:>5.2f}-{r['sd_ratio_range'][1]:<5.2f} {r['min_ess']:>5.0f} "
               f"{r['center_off']:>6.2f} {r['loglik_var']:>5.2f}"
-              f"   iteration {r['ms_per_iter'] / base:.2f}x that at the first N")
+              f"   iteration {r['ms_per_iter'] / base:.2f}x that at the first N"
+              f"; total {r['setup_s'] + 2 * args.draws * r['ms_per_iter'] / 1e3:.1f} s", flush=True)
+        if args.numpyro:
+            numpyro_row(args, n, root)
 
 
 if __name__ == "__main__":

@@ -103,3 +103,18 @@ def test_a_failed_glm_check_keeps_the_hessian_vector_products(monkeypatch):
     theta = tall.initial_theta + 0.1
     hess = tall.loglik_sum_value_grad_hessian(theta, batch)[2]
     np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
+
+
+def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monkeypatch):
+    """Above ETA_HESSIAN_MAX_ROWS the set-up Hessians come from the products (J from η would cost
+    d + 1 passes of η per chunk), while the estimator still uses the GLM view."""
+    import pymc_subsample.model.tall as tall_module
+
+    monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
+    tall = TallModel(build("logistic", 2_000))
+    assert tall.glm_view is not None and not tall._eta_hessians
+    assert SubsampledTarget(tall, tall.initial_theta).glm is tall.glm_view
+    batch = tall.gather(np.arange(200))
+    theta = tall.initial_theta + 0.1
+    hess = tall.loglik_sum_value_grad_hessian(theta, batch)[2]
+    np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
