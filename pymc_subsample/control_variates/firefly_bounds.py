@@ -179,7 +179,7 @@ def collapse_bound(glm, bound, center, *, chunk_size=DEFAULT_CHUNK_SIZE) -> Coll
     const, linear, quadratic = 0.0, np.zeros(d), np.zeros((d, d))
     for start in range(0, tall.n_rows, chunk_size):
         batch = tall.row_slice(start, min(start + chunk_size, tall.n_rows))
-        offset, jac, y = glm.eta_offset(batch), glm.eta_jacobian(batch), glm.observed(batch)
+        (offset, jac), y = glm.eta_offset_and_jacobian(batch), glm.observed(batch)
         a, b, c = row_coefficients(bound, offset + jac @ center, y)
         const += float(np.sum(a + b * offset + c * offset**2))
         linear += jac.T @ (b + 2.0 * c * offset)

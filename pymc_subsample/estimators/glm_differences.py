@@ -29,7 +29,7 @@ def glm_differences_graph(glm, order, center):
     """D = ℓ_batch(θ) − q_batch(θ) of the GLM (module docstring), as a graph in (θ, ``center``, batch)."""
     tall = glm.tall
     f = GLM_LOGLIK[glm.family][0]
-    sigma = glm.sigma if glm.sigma is not None else 1.0
+    sigma = glm.sigma  # None except for the Normal family, whose f is the only one that uses it
     eta = glm.eta_rows
     y = glm.observed_rows
     eta_center = pytensor.graph_replace(eta, {tall.theta: center}, strict=False)

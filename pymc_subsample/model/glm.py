@@ -112,14 +112,18 @@ class LinearPredictorModel:
 
     def eta_jacobian(self, batch) -> np.ndarray:
         """J_k = ∂η_k/∂θ, shape (m, d): η_k(e_j) − η_k(0), exact because η is affine (checked)."""
+        return self.eta_offset_and_jacobian(batch)[1]
+
+    def eta_offset_and_jacobian(self, batch) -> tuple[np.ndarray, np.ndarray]:
+        """(η_k(0), J_k) from d + 1 evaluations of η, for callers that need both."""
         offset = self.eta_offset(batch)
-        return np.column_stack([self.eta(e, batch) - offset for e in np.eye(self.tall.ndim)])
+        return offset, np.column_stack([self.eta(e, batch) - offset for e in np.eye(self.tall.ndim)])
 
     def _check_affine(self, n_check=8):
         tall = self.tall
         rng = np.random.default_rng(0)
         batch = tall.gather(rng.choice(tall.n_rows, size=min(n_check, tall.n_rows), replace=False))
-        offset, jac = self.eta_offset(batch), self.eta_jacobian(batch)
+        offset, jac = self.eta_offset_and_jacobian(batch)
         for _ in range(2):
             theta = rng.normal(scale=2.0, size=tall.ndim)
             expected = offset + jac @ theta

@@ -87,7 +87,8 @@ class TallModel:
         self._functions = {}
         self._prior_batch = None  # one row: the set-up function computes the prior too
         self._hvp_vectorised = True
-        self._glm_view = None  # found with the set-up function (_setup_function)
+        self._glm_view = None  # TallModel.glm_view, checked on first use
+        self._glm_view_checked = False
         self._eta_hessians = False  # Σ H_k from η (glm_view), decided with the set-up function
         self._build_row_graphs()
         self._check_rows_independent()
@@ -267,19 +268,15 @@ class TallModel:
         """
         if "setup" in self._functions:
             return self._functions["setup"]
-        glm_family = observed_family(self.model) in GLM_CURVATURE
-        self._eta_hessians = glm_family and self.n_rows <= ETA_HESSIAN_MAX_ROWS
+        self._eta_hessians = (observed_family(self.model) in GLM_CURVATURE
+                              and self.n_rows <= ETA_HESSIAN_MAX_ROWS)
         if self._eta_hessians:
             self._compile("setup", lambda: self._build_setup(vectorise=False, hessian=False))
-        else:
-            self._compile_setup_with_products()
-        if glm_family:
-            # the numerical check of the GLM view needs the set-up function itself
-            self._glm_view = glm_view_matching_rows(self, self.initial_theta)
-            if self._glm_view is None and self._eta_hessians:  # a term f does not know: products
+            if self.glm_view is None:  # a term f does not know: the products after all
                 del self._functions["setup"]
                 self._eta_hessians = False
-                self._compile_setup_with_products()
+        if not self._eta_hessians:
+            self._compile_setup_with_products()
         return self._functions["setup"]
 
     def _compile_setup_with_products(self):
@@ -305,14 +302,18 @@ class TallModel:
         (measured at 10⁷ rows, d = 31: set-up 45 s against 26.5 s), where a one-off compilation
         matters less; so past that size the set-up function keeps the products.
         """
-        self._setup_function()
+        if not self._glm_view_checked:
+            self._setup_function()  # the numerical check needs it (and may have run inside it)
+        if not self._glm_view_checked:
+            self._glm_view = glm_view_matching_rows(self, self.initial_theta)
+            self._glm_view_checked = True
         return self._glm_view
 
     def _glm_hessian_sum(self, theta, batch):
         """Σ_k f''(η_k) J_k J_kᵀ over ``batch`` (exact: η is affine, J from d + 1 values of η)."""
         glm = self._glm_view
-        jac = glm.eta_jacobian(batch)
-        curvature = GLM_CURVATURE[glm.family](glm.eta(theta, batch), glm.sigma)
+        offset, jac = glm.eta_offset_and_jacobian(batch)
+        curvature = GLM_CURVATURE[glm.family](offset + jac @ theta, glm.sigma)  # η(θ), η affine
         return jac.T @ (curvature[:, None] * jac)
 
     def _has_advanced_indexing(self) -> bool:
@@ -325,16 +326,20 @@ class TallModel:
         total = pt.sum(self.batch_loglik)
         grad = pytensor.grad(total, self.theta)
         directions = pt.matrix("directions", dtype=self.theta.dtype)
-        hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
         if not hessian:  # a GLM: Σ H_k comes from η (_glm_hessian_sum)
             hvps = pt.zeros((directions.shape[0], self.ndim), dtype=self.theta.dtype)
-        elif vectorise:
+            return self._setup_io(directions, total, grad, hvps)
+        hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
+        if vectorise:
             hvps = vectorize_graph(hvp, replace={self.direction: directions})
         else:
             # k is 0 or 1: the sum of the rows is that row, and safe to index when k = 0
             one = pytensor.graph_replace(hvp, {self.direction: directions.sum(axis=0)}, strict=False)
             none = pt.zeros((0, self.ndim), dtype=self.theta.dtype)
             hvps = ifelse(directions.shape[0] > 0, pt.shape_padleft(one), none)
+        return self._setup_io(directions, total, grad, hvps)
+
+    def _setup_io(self, directions, total, grad, hvps):
         prior_grad = pytensor.grad(self.prior_graph, self.theta)
         return [self.theta, directions, *self.batch_inputs], [self.prior_graph, prior_grad, total, grad, hvps]
 

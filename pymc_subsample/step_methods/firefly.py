@@ -259,7 +259,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
             on = flip_dark(rng, log_odds, rate)
             if on.any():
                 sub = tuple(x[on] for x in batch)
-                new = BrightRows(proposed[on], glm.eta_offset(sub), glm.eta_jacobian(sub), y[on],
+                new = BrightRows(proposed[on], *glm.eta_offset_and_jacobian(sub), y[on],
                                  a[on], b[on], c[on])
                 kept = kept.merge(new)
         self.bright = kept
