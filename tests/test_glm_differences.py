@@ -1,12 +1,14 @@
-"""The estimator's differences written in η for GLMs equal the generic forward-mode graph."""
+"""The estimator's differences written in η for GLMs and other distributional regressions equal the
+generic forward-mode graph."""
 
 import numpy as np
 import pymc as pm
 import pytest
+from pytensor.tensor.random.basic import BernoulliRV, PoissonRV
 from zoo import build
 
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model.glm import GLM_LOGLIK
+from pymc_subsample.model import distributional
 from pymc_subsample.model.tall import TallModel
 
 
@@ -42,7 +44,10 @@ BUILD = {"hierarchical_logistic": hierarchical_logistic, "linear_known_sigma": l
          "gaussian_mean": gaussian_mean}
 CASES = [("gaussian_mean", 1), ("gaussian_mean", 2),
          ("logistic", 0), ("logistic", 1), ("logistic", 2), ("bambi_form", 2), ("poisson_offset", 2),
-         ("hierarchical_logistic", 2), ("linear_known_sigma", 2)]
+         ("hierarchical_logistic", 2), ("linear_known_sigma", 2),
+         # several η per row (μ, log σ, log ν, logit p), and two observed variables sharing θ
+         ("linear", 1), ("linear", 2), ("hierarchical_centred", 2), ("student_t", 2),
+         ("negative_binomial", 2), ("two_observed", 2)]
 
 
 def _targets(model, order=2):
@@ -71,22 +76,38 @@ def test_glm_differences_equal_the_generic_graph(name, order):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
 
 
-def test_glm_view_is_used_only_where_it_reproduces_the_model(monkeypatch):
-    # linear with unknown σ: not a GLM of a known σ; non-centred a = μ + σz: η not affine
-    assert _targets(build("linear", 2_000))[1].glm is None
+def _wrong_poisson_f(monkeypatch):
+    """The logistic's f for a Poisson model: an f that does not reproduce the model's rows."""
+    forms = distributional._CLOSED_FORMS
+    monkeypatch.setitem(forms, (PoissonRV, ("log",)), forms[(BernoulliRV, ("logit",))])
+
+
+@pytest.mark.parametrize("name, links", [("logistic", ["logit"]), ("poisson_offset", ["log"]),
+                                         ("linear", ["identity", "log"]),
+                                         ("student_t", ["log", "identity", "log"]),
+                                         ("negative_binomial", ["log", "logit"]),
+                                         ("two_observed", ["identity", "log", "logit"])])
+def test_each_parameter_gets_the_link_that_makes_it_affine(name, links):
+    """σ = exp(σ's unconstrained value) is log-linked as written; NegativeBinomial's p = α/(μ + α)
+    is affine only under the logit (logit p = log α − log μ), found numerically."""
+    assert TallModel(build(name, 2_000)).regression_view.links == links
+
+
+def test_regression_view_is_used_only_where_it_reproduces_the_model(monkeypatch):
+    # non-centred a = μ + σz: a product of free variables, affine under no link
     assert _targets(build("hierarchical_noncentred", 2_000))[1].glm is None
-    # an f that does not reproduce the model's rows (here: the logistic's f for a Poisson model)
-    # is caught by the numerical check, and the generic graph is used
-    monkeypatch.setitem(GLM_LOGLIK, "poisson_log", GLM_LOGLIK["bernoulli_logit"])
+    # a wrong f is caught by the numerical check, and the generic graph is used
+    _wrong_poisson_f(monkeypatch)
     assert _targets(build("poisson_offset", 2_000))[1].glm is None
 
 
-@pytest.mark.parametrize("name", ["gaussian_mean", "logistic", "poisson_offset", "hierarchical_logistic"])
-def test_glm_hessian_sums_equal_the_model_graphs(name):
-    """Σ H_k of the set-up passes, from η for a GLM (f''(η_k) J_k J_kᵀ), equals the per-row
-    Hessians of the model's own graph (forward mode, d² passes)."""
+@pytest.mark.parametrize("name", ["gaussian_mean", "logistic", "poisson_offset", "hierarchical_logistic",
+                                  "linear", "student_t", "negative_binomial", "two_observed"])
+def test_eta_hessian_sums_equal_the_model_graphs(name):
+    """Σ H_k of the set-up passes, from η (J_kᵀ F''_k J_k), equals the per-row Hessians of the
+    model's own graph (forward mode, d² passes)."""
     tall = TallModel(BUILD[name](3_000) if name in BUILD else build(name, 3_000))
-    assert tall.glm_view is not None
+    assert tall.regression_view is not None and tall._eta_hessians
     rng = np.random.default_rng(4)
     batch = tall.gather(rng.integers(0, tall.n_rows, 300))
     theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
@@ -95,10 +116,10 @@ def test_glm_hessian_sums_equal_the_model_graphs(name):
     assert total == pytest.approx(tall.loglik_rows(theta, batch).sum(), rel=1e-12)
 
 
-def test_a_failed_glm_check_keeps_the_hessian_vector_products(monkeypatch):
-    monkeypatch.setitem(GLM_LOGLIK, "poisson_log", GLM_LOGLIK["bernoulli_logit"])
+def test_a_failed_check_keeps_the_hessian_vector_products(monkeypatch):
+    _wrong_poisson_f(monkeypatch)
     tall = TallModel(build("poisson_offset", 2_000))
-    assert tall.glm_view is None
+    assert tall.regression_view is None
     batch = tall.gather(np.arange(200))
     theta = tall.initial_theta + 0.1
     hess = tall.loglik_sum_value_grad_hessian(theta, batch)[2]
@@ -112,8 +133,8 @@ def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monke
 
     monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
     tall = TallModel(build("logistic", 2_000))
-    assert tall.glm_view is not None and not tall._eta_hessians
-    assert SubsampledTarget(tall, tall.initial_theta).glm is tall.glm_view
+    assert tall.regression_view is not None and not tall._eta_hessians
+    assert SubsampledTarget(tall, tall.initial_theta).glm is tall.regression_view
     batch = tall.gather(np.arange(200))
     theta = tall.initial_theta + 0.1
     hess = tall.loglik_sum_value_grad_hessian(theta, batch)[2]

@@ -15,8 +15,8 @@ O(m)); the gradient is reverse mode through the estimator's own formula, which
 computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·ℓ_batch, v) with
 w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
 Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
-For a GLM (ℓ_k = f(y_k, η_k), η affine in θ) the same d is written in η instead
-(:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode, three mat-vecs.
+For a GLM or any distributional regression (ℓ_k = f(y_k, η_k), η ∈ R^p affine in θ) the same d is
+written in η instead (:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode.
 """
 
 from __future__ import annotations
@@ -63,12 +63,14 @@ class SubsampledTarget:
 
     @property
     def glm(self):
-        """The GLM view the difference graph is written in (``glm_differences``), or None (generic).
+        """The distributional-regression view the difference graph is written in
+        (``glm_differences``), or None (generic).
 
-        ``glm="auto"`` (default) uses it whenever the model is a GLM of a known family whose f
-        matches the model's own rows; ``glm=False`` forces the generic forward-mode graph.
+        ``glm="auto"`` (default) uses it whenever the model's rows are univariate distributions
+        with parameters affine in θ through a link and f matches the model's own rows
+        (``TallModel.regression_view``); ``glm=False`` forces the generic forward-mode graph.
         """
-        return self.tall.glm_view if self._glm_choice else None
+        return self.tall.regression_view if self._glm_choice else None
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):

@@ -15,16 +15,12 @@ from pytensor.graph.traversal import explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
-from scipy.special import expit, gammaln
 
 from pymc_subsample.model.compile import compile_function
 
 __all__ = [
     "FAMILIES",
-    "GLM_CURVATURE",
-    "GLM_LOGLIK",
     "LinearPredictorModel",
-    "glm_view_matching_rows",
     "linear_predictor_model",
     "observed_family",
 ]
@@ -34,31 +30,6 @@ FAMILIES = {
     "bernoulli_logit": (BernoulliRV, Sigmoid, 0.25),
     "poisson_log": (PoissonRV, Exp, np.inf),
     "normal_identity": (NormalRV, None, None),
-}
-
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
-
-#: family → (f(y, η, σ) in PyTensor, the same in NumPy): the per-row log-likelihood in η
-GLM_LOGLIK = {
-    "bernoulli_logit": (
-        lambda y, eta, sigma: y * eta - pt.softplus(eta),
-        lambda y, eta, sigma: y * eta - np.logaddexp(0.0, eta),
-    ),
-    "poisson_log": (
-        lambda y, eta, sigma: y * eta - pt.exp(eta) - pt.gammaln(y + 1.0),
-        lambda y, eta, sigma: y * eta - np.exp(eta) - gammaln(y + 1.0),
-    ),
-    "normal_identity": (
-        lambda y, eta, sigma: -0.5 * ((y - eta) / sigma) ** 2 - np.log(sigma) - _HALF_LOG_2PI,
-        lambda y, eta, sigma: -0.5 * ((y - eta) / sigma) ** 2 - np.log(sigma) - _HALF_LOG_2PI,
-    ),
-}
-
-#: family → ∂²f/∂η²(η, σ) in NumPy (H_k = f''(η_k) J_k J_kᵀ for η affine in θ)
-GLM_CURVATURE = {
-    "bernoulli_logit": lambda eta, sigma: -expit(eta) * expit(-eta),
-    "poisson_log": lambda eta, sigma: -np.exp(eta),
-    "normal_identity": lambda eta, sigma: np.full_like(eta, -1.0 / sigma**2),
 }
 
 _SUPPORTED = (
@@ -199,36 +170,3 @@ def _known_sigma(rv, sigma) -> float:
             "pms.HMCECS or pms.SubsampleMH."
         )
     return value
-
-
-def glm_view_matching_rows(tall, center, n_checks=3, rtol=1e-9):
-    """The GLM view of ``tall`` when its family's f gives the model's own rows, else None (no error).
-
-    A cheap look at the observed distribution first; then the GLM view (η affine in θ, checked by
-    the view); then the change of Σ_k f(y_k, η_k) from ``center`` to ``n_checks`` points around it
-    against the change of the model's own Σ_k ℓ_k, on a few rows (any term f does not know about
-    would show here). Changes, not values: its users need only differences and derivatives of f,
-    so a constant per row may differ (PyMC's Normal, for one, rounds log √(2π) to float32).
-    """
-    if observed_family(tall.model) not in GLM_LOGLIK:
-        return None
-    try:
-        glm = linear_predictor_model(tall)
-    except ValueError:  # not affine, unknown σ, another link: the generic graph handles it
-        return None
-    rng = np.random.default_rng(0)
-    batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
-    f = GLM_LOGLIK[glm.family][1]
-    y = glm.observed(batch)
-
-    def both(theta):
-        model_sum = float(tall.loglik_sum_value_and_grad(theta, batch)[0])
-        return model_sum, float(np.sum(f(y, glm.eta(theta, batch), glm.sigma)))
-
-    model_center, f_center = both(center)
-    for _ in range(n_checks):
-        model_sum, f_sum = both(center + rng.normal(scale=0.5, size=tall.ndim))
-        expected = model_sum - model_center
-        if not np.isclose(f_sum - f_center, expected, rtol=rtol, atol=rtol * (1.0 + abs(model_sum))):
-            return None
-    return glm

@@ -22,7 +22,7 @@ from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import compile_function
-from pymc_subsample.model.glm import GLM_CURVATURE, glm_view_matching_rows, observed_family
+from pymc_subsample.model.distributional import could_be_distributional, regression_view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
@@ -32,7 +32,8 @@ from pymc_subsample.model.rows import (
 __all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
 _CHECK_ROWS = 6  # rows used by the row-independence check at construction
-#: a GLM up to this many rows takes its set-up Hessians from η (TallModel.glm_view)
+#: a distributional regression of up to this many rows takes its set-up Σ H_k from η
+#: (TallModel.regression_view)
 ETA_HESSIAN_MAX_ROWS = 1_000_000
 
 
@@ -87,9 +88,9 @@ class TallModel:
         self._functions = {}
         self._prior_batch = None  # one row: the set-up function computes the prior too
         self._hvp_vectorised = True
-        self._glm_view = None  # TallModel.glm_view, checked on first use
-        self._glm_view_checked = False
-        self._eta_hessians = False  # Σ H_k from η (glm_view), decided with the set-up function
+        self._regression_view = None  # TallModel.regression_view, checked on first use
+        self._regression_view_checked = False
+        self._eta_hessians = False  # Σ H_k from η (regression_view), decided with the set-up function
         self._build_row_graphs()
         self._check_rows_independent()
 
@@ -235,7 +236,7 @@ class TallModel:
         self._setup_function()
         if self._eta_hessians:
             total, grad = self.loglik_sum_value_and_grad(theta, batch)
-            return total, grad, self._glm_hessian_sum(theta, batch)
+            return total, grad, self._regression_view.hessian_sum(theta, batch)
         if self._hvp_vectorised:
             _, _, total, grad, hess = self._setup_terms(theta, eye, batch)
             return total, grad, hess
@@ -268,11 +269,10 @@ class TallModel:
         """
         if "setup" in self._functions:
             return self._functions["setup"]
-        self._eta_hessians = (observed_family(self.model) in GLM_CURVATURE
-                              and self.n_rows <= ETA_HESSIAN_MAX_ROWS)
+        self._eta_hessians = could_be_distributional(self.model) and self.n_rows <= ETA_HESSIAN_MAX_ROWS
         if self._eta_hessians:
             self._compile("setup", lambda: self._build_setup(vectorise=False, hessian=False))
-            if self.glm_view is None:  # a term f does not know: the products after all
+            if self.regression_view is None:  # not affine, or f misses a term: the products after all
                 del self._functions["setup"]
                 self._eta_hessians = False
         if not self._eta_hessians:
@@ -290,31 +290,27 @@ class TallModel:
             self._compile("setup", lambda: self._build_setup(vectorise=False))
 
     @property
-    def glm_view(self):
-        """The model as a GLM (:class:`~pymc_subsample.model.glm.LinearPredictorModel`) when it is
-        one observed Bernoulli-logit, Poisson-log or known-σ Normal with η affine in θ whose family's
-        f gives the model's own rows (checked numerically); else None.
+    def regression_view(self):
+        """The model as a distributional regression
+        (:class:`~pymc_subsample.model.distributional.DistributionalRegression`: univariate rows whose
+        parameters are affine in θ through a link, e.g. GLMs, a Normal or StudentT with unknown
+        scale, a NegativeBinomial) when its f gives the model's own rows (checked numerically);
+        else None.
 
-        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows its Σ H_k come from η (:meth:`_glm_hessian_sum`), and
-        the set-up function needs no second-order graph: 9 fewer C modules of 41 on a logistic
+        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows its Σ H_k come from η
+        (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.hessian_sum`), and the
+        set-up function needs no second-order graph: 9 fewer C modules of 41 on a logistic
         regression's first run, about 4 s (1.6× → 1.1× NUTS's cold start). J then costs d + 1
         evaluations of η per chunk, more than the vectorised Hessian-vector products at large N
         (measured at 10⁷ rows, d = 31: set-up 45 s against 26.5 s), where a one-off compilation
         matters less; so past that size the set-up function keeps the products.
         """
-        if not self._glm_view_checked:
+        if not self._regression_view_checked:
             self._setup_function()  # the numerical check needs it (and may have run inside it)
-        if not self._glm_view_checked:
-            self._glm_view = glm_view_matching_rows(self, self.initial_theta)
-            self._glm_view_checked = True
-        return self._glm_view
-
-    def _glm_hessian_sum(self, theta, batch):
-        """Σ_k f''(η_k) J_k J_kᵀ over ``batch`` (exact: η is affine, J from d + 1 values of η)."""
-        glm = self._glm_view
-        offset, jac = glm.eta_offset_and_jacobian(batch)
-        curvature = GLM_CURVATURE[glm.family](offset + jac @ theta, glm.sigma)  # η(θ), η affine
-        return jac.T @ (curvature[:, None] * jac)
+        if not self._regression_view_checked:
+            self._regression_view = regression_view_matching_rows(self, self.initial_theta)
+            self._regression_view_checked = True
+        return self._regression_view
 
     def _has_advanced_indexing(self) -> bool:
         return any(
@@ -326,7 +322,7 @@ class TallModel:
         total = pt.sum(self.batch_loglik)
         grad = pytensor.grad(total, self.theta)
         directions = pt.matrix("directions", dtype=self.theta.dtype)
-        if not hessian:  # a GLM: Σ H_k comes from η (_glm_hessian_sum)
+        if not hessian:  # a distributional regression: Σ H_k comes from η (regression_view)
             hvps = pt.zeros((directions.shape[0], self.ndim), dtype=self.theta.dtype)
             return self._setup_io(directions, total, grad, hvps)
         hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
