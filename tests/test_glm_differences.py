@@ -47,7 +47,8 @@ CASES = [("gaussian_mean", 1), ("gaussian_mean", 2),
          ("hierarchical_logistic", 2), ("linear_known_sigma", 2),
          # several η per row (μ, log σ, log ν, logit p), and two observed variables sharing θ
          ("linear", 1), ("linear", 2), ("hierarchical_centred", 2), ("student_t", 2),
-         ("negative_binomial", 2), ("two_observed", 2)]
+         # its generic graph alone takes 1.5 min to compile; its f'' is checked in the Hessian test
+         pytest.param("negative_binomial", 2, marks=pytest.mark.heavy), ("two_observed", 2)]
 
 
 def _targets(model, order=2):

@@ -97,7 +97,7 @@ def test_kernel_samples_a_known_gaussian_posterior(rows):
     X, y, mean, cov, prec = gaussian_regression()
     center = mean + np.sqrt(np.diag(cov))
     process, draw = gaussian_process(X, y, center, prec, rows=rows)
-    draws, counts = run_kernel(process, draw, center, prec, np.random.default_rng(1), draws=2000,
+    draws, counts = run_kernel(process, draw, center, prec, np.random.default_rng(1), draws=3000,
                                switches_per_draw=12.0)
     assert counts.bound_exceeded == 0
     assert counts.switches > 0 and counts.proposed >= counts.switches
