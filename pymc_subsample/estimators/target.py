@@ -31,7 +31,7 @@ from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import compile_function
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -92,7 +92,7 @@ class SubsampledTarget:
     def _compile(self, key, build):
         if key not in self._functions:
             inputs, outputs = build()
-            self._functions[key] = compile_function(inputs, outputs)
+            self._functions[key] = compile_function(inputs, outputs, exclude=SLOW_REWRITES)
         return self._functions[key]
 
     def _inputs(self, center, *extra):

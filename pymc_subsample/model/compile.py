@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytensor
+from pytensor.compile.mode import get_default_mode
 
-__all__ = ["compile_function", "precompiled_header_flags"]
+__all__ = ["SLOW_REWRITES", "compile_function", "precompiled_header_flags"]
 
 #: the headers every PyTensor C module includes first, in its order (pytensor/link/c/basic.py)
 _HEADERS = (
@@ -44,8 +45,19 @@ _EXTRA_FLAGS = ("-g0",)
 _headers: dict[str, Path | None] = {}  # compiledir → header whose .gch GCC uses, or None
 
 
-def compile_function(inputs, outputs, **kwargs):
-    """``pytensor.function`` with ``trust_input=True``, compiled against the precompiled header."""
+#: graph rewrites that cost more than they give on the estimator's graphs: factoring products out of
+#: sums (x·a + x·b ↔ x·(a + b)) over the derivatives of a likelihood took half of the StudentT
+#: estimator's 3.7 s of rewriting on every construction, cache or not; without it, 1.8 s, and the
+#: compiled call is as fast or faster (StudentT 261 → 249 µs, logistic 150 → 143 µs at m = 1000)
+SLOW_REWRITES = ("local_greedy_distributor",)
+
+
+def compile_function(inputs, outputs, *, exclude=(), **kwargs):
+    """``pytensor.function`` with ``trust_input=True``, compiled against the precompiled header,
+    without the graph rewrites named in ``exclude`` (e.g. :data:`SLOW_REWRITES`).
+    """
+    if exclude:
+        kwargs["mode"] = get_default_mode().excluding(*exclude)
     with _precompiled_headers():
         return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
