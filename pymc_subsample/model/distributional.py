@@ -21,7 +21,7 @@ Rop), whose graphs take PyTensor many seconds to rewrite and compile on a first 
 for special functions (gammaln, digamma); here they are a few elementwise derivatives.
 A link is found for each free parameter: where the graph writes it as exp(x) or sigmoid(x), x
 itself; else the first of identity, log and logit under which it is numerically affine in θ.
-:func:`regression_view_matching_rows` then checks that f reproduces the model's own rows, and
+:func:`view_matching_rows` then checks that f reproduces the model's own rows, and
 any model it does not fit keeps the generic graph.
 """
 
@@ -41,7 +41,13 @@ from scipy.special import logit
 
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
 
-__all__ = ["LINKS", "DistributionalRegression", "distributional_regression", "regression_view_matching_rows"]
+__all__ = [
+    "LINKS",
+    "DistributionalRegression",
+    "affine_view",
+    "distributional_regression",
+    "view_matching_rows",
+]
 
 #: link name → (η from the parameter in PyTensor, the same in NumPy, the parameter from η)
 LINKS = {
@@ -275,29 +281,41 @@ def _affine_links(tall, fn, candidates, n_random=2):
     return links
 
 
-def regression_view_matching_rows(tall, center, n_checks=3, rtol=1e-9):
-    """The :class:`DistributionalRegression` of ``tall`` when its f gives the model's own rows,
-    else None (no error): the change of Σ_k f(y_k, η_k) from ``center`` to ``n_checks`` points
-    around it against the change of the model's own Σ_k ℓ_k, on a few rows. Changes, not values:
-    users need only differences and derivatives of f.
+def affine_view(tall) -> DistributionalRegression | None:
+    """:func:`distributional_regression` of ``tall``, or None where the model is not one (no error).
+
+    Cheap (one small compiled function of the parameters on a few rows), so a model such as a
+    non-centred ``μ + σ z[g]`` is turned away before any set-up function is compiled for the view.
     """
     if not could_be_distributional(tall.model):
         return None
     try:
-        view = distributional_regression(tall)
-        rng = np.random.default_rng(0)
-        batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
+        return distributional_regression(tall)
+    except (ValueError, TypeError, NotImplementedError):  # not affine, unsupported graph
+        return None
 
-        def both(theta):
-            model_sum = float(tall.loglik_sum_value_and_grad(theta, batch)[0])
-            return model_sum, float(np.sum(view.rows_and_curvature(theta, batch)[0]))
 
+def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalRegression | None:
+    """``view`` when its f gives the model's own rows, else None (no error): the change of
+    Σ_k f(y_k, η_k) from ``center`` to ``n_checks`` points around it against the change of the
+    model's own Σ_k ℓ_k, on a few rows. Changes, not values: users need only differences and
+    derivatives of f.
+    """
+    tall = view.tall
+    rng = np.random.default_rng(0)
+    batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
+
+    def both(theta):
+        model_sum = float(tall.loglik_sum_value_and_grad(theta, batch)[0])
+        return model_sum, float(np.sum(view.rows_and_curvature(theta, batch)[0]))
+
+    try:
         model_center, f_center = both(center)
         for _ in range(n_checks):
             model_sum, f_sum = both(center + rng.normal(scale=0.5, size=tall.ndim))
             if not np.isclose(f_sum - f_center, model_sum - model_center, rtol=rtol,
                               atol=rtol * (1.0 + abs(model_sum))):
                 return None
-    except (ValueError, TypeError, NotImplementedError):  # not affine, no gradient, ...: generic graph
+    except (ValueError, TypeError, NotImplementedError):  # e.g. f without a second derivative
         return None
     return view

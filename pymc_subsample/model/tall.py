@@ -22,7 +22,7 @@ from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import compile_function
-from pymc_subsample.model.distributional import could_be_distributional, regression_view_matching_rows
+from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
@@ -88,6 +88,8 @@ class TallModel:
         self._functions = {}
         self._prior_batch = None  # one row: the set-up function computes the prior too
         self._hvp_vectorised = True
+        self._affine_view = None  # distributional.affine_view, found on first use
+        self._affine_view_found = False
         self._regression_view = None  # TallModel.regression_view, checked on first use
         self._regression_view_checked = False
         self._eta_hessians = False  # Σ H_k from η (regression_view), decided with the set-up function
@@ -269,7 +271,7 @@ class TallModel:
         """
         if "setup" in self._functions:
             return self._functions["setup"]
-        self._eta_hessians = could_be_distributional(self.model) and self.n_rows <= ETA_HESSIAN_MAX_ROWS
+        self._eta_hessians = self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
         if self._eta_hessians:
             self._compile("setup", lambda: self._build_setup(vectorise=False, hessian=False))
             if self.regression_view is None:  # not affine, or f misses a term: the products after all
@@ -308,9 +310,17 @@ class TallModel:
         if not self._regression_view_checked:
             self._setup_function()  # the numerical check needs it (and may have run inside it)
         if not self._regression_view_checked:
-            self._regression_view = regression_view_matching_rows(self, self.initial_theta)
+            view = self._candidate_view()
+            self._regression_view = None if view is None else view_matching_rows(view, self.initial_theta)
             self._regression_view_checked = True
         return self._regression_view
+
+    def _candidate_view(self):
+        """The distributional-regression view before its f is checked against the rows, or None."""
+        if not self._affine_view_found:
+            self._affine_view = affine_view(self)
+            self._affine_view_found = True
+        return self._affine_view
 
     def _has_advanced_indexing(self) -> bool:
         return any(
