@@ -8,9 +8,12 @@ exactly,
     ∇ℓ_k(θ*)·v = Σ_j ∂_j f(y_k, η_k*) u_kj,    vᵀH_k(θ*)v = Σ_jl ∂_jl f(y_k, η_k*) u_kj u_kl,
 
 where the derivatives of f are elementwise in η. The generic graph gets the same two numbers by
-forward mode twice through the model's graph (Rop of Rop); here they are elementwise functions of
-η*, so the estimator's graph holds the mat-vecs of η at θ and at θ* and reverse mode through η
-only in its gradient, and compiles in a fraction of the time. Used by
+forward mode twice through the model's graph (Rop of Rop); here η_k*, f, ∂_j f and ∂_jl f at θ*
+depend on the row alone, so they are computed once per subsample
+(:meth:`~pymc_subsample.model.distributional.DistributionalRegression.row_terms`) and enter the
+estimator's graph as inputs: each call evaluates f and η at θ only, and its gradient needs f′ at θ
+only. For a StudentT this takes gammaln, digamma and trigamma at θ* out of every leapfrog step, and
+the largest fused kernel out of a first run's compilation. Used by
 :class:`~pymc_subsample.estimators.target.SubsampledTarget` whenever f reproduces the model's own
 per-row log-likelihood (``TallModel.regression_view``, checked numerically once); every other model
 keeps the generic graph.
@@ -18,21 +21,20 @@ keeps the generic graph.
 
 from __future__ import annotations
 
-import pytensor
-
 from pymc_subsample.control_variates.taylor import truncate
 
 __all__ = ["glm_differences_graph"]
 
 
-def glm_differences_graph(view, order, center):
-    """D = ℓ_batch(θ) − q_batch(θ) of ``view`` (module docstring), as a graph in (θ, ``center``, batch)."""
+def glm_differences_graph(view, order, at_center):
+    """D = ℓ_batch(θ) − q_batch(θ) of ``view`` (module docstring), as a graph in (θ, batch) and the
+    rows' terms at θ*, ``at_center`` (:class:`~pymc_subsample.model.distributional.RowTerms` of
+    symbolic vectors, e.g. ``view.row_terms_variables()``).
+    """
     etas = view.eta_rows
-    etas_center = pytensor.graph_replace(etas, {view.tall.theta: center}, strict=False)
-    at_center, first, second = view.derivative_graphs(etas_center, order)
-    u = [eta - eta_center for eta, eta_center in zip(etas, etas_center)]
-    slope = sum(g * u[j] for j, g in enumerate(first)) if order >= 1 else None
+    u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
+    slope = sum(g * u[j] for j, g in enumerate(at_center.first)) if order >= 1 else None
     # ∂_jk f u_j u_k over j ≤ k: the pairs j < k stand for both (j, k) and (k, j)
-    curvature = (sum((1 if j == k else 2) * g * u[j] * u[k] for (j, k), g in second.items())
+    curvature = (sum((1 if j == k else 2) * g * u[j] * u[k] for (j, k), g in at_center.second.items())
                  if order == 2 else None)
-    return view.loglik_graph(etas) - truncate(order, at_center, slope, curvature)
+    return view.loglik_graph(etas) - truncate(order, at_center.value, slope, curvature)

@@ -16,7 +16,8 @@ computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·
 w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
 Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
 For a GLM or any distributional regression (ℓ_k = f(y_k, η_k), η ∈ R^p affine in θ) the same d is
-written in η instead (:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode.
+written in η instead (:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode, and
+the rows' terms at θ* are inputs computed once per batch (a subsample change), not per call.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class SubsampledTarget:
         self._functions = {}
         self._precision = None
         self._glm_choice = glm
+        self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
 
     @property
     def glm(self):
@@ -74,11 +76,14 @@ class SubsampledTarget:
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):
-        """D = ℓ_batch(θ) − q_batch(θ), with q from directional derivatives at θ* along v."""
+        """(inputs at θ*, D = ℓ_batch(θ) − q_batch(θ)), with q from directional derivatives at θ* along
+        v; for a distributional regression, from the rows' terms at θ* (inputs, :meth:`_center_args`).
+        """
         tall = self.tall
-        center = tall.theta.type(name="center")
         if self.glm is not None:
-            return center, glm_differences_graph(self.glm, self.order, center)
+            at_center = self.glm.row_terms_variables()
+            return at_center.flat(), glm_differences_graph(self.glm, self.order, at_center)
+        center = tall.theta.type(name="center")
         # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
         # must hold v fixed, not differentiate through its dependence on θ*
         direction = tall.theta.type(name="v")
@@ -87,7 +92,7 @@ class SubsampledTarget:
         curvature = directional_derivative(slope, center, direction) if self.order == 2 else None
         q = truncate(self.order, at_center, slope, curvature)
         q = pytensor.graph_replace(q, {direction: tall.theta - center}, strict=False)
-        return center, tall.batch_loglik - q
+        return [center], tall.batch_loglik - q
 
     def _compile(self, key, build):
         if key not in self._functions:
@@ -95,20 +100,44 @@ class SubsampledTarget:
             self._functions[key] = compile_function(inputs, outputs, exclude=SLOW_REWRITES)
         return self._functions[key]
 
-    def _inputs(self, center, *extra):
-        return [self.tall.theta, center, *extra, *self.tall.batch_inputs]
+    def _inputs(self, at_center, *extra):
+        return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center]
 
     def _args(self, theta, batch, *extra):
-        dt = self.tall.theta.dtype
-        return (np.asarray(theta, dtype=dt), self.center.astype(dt), *extra, *batch)
+        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self._center_args(batch))
+
+    def _center_args(self, batch):
+        """θ* itself (generic graph), or the rows' terms at θ* of ``batch`` (η path).
+
+        The terms depend on θ* and the row's data alone, so they are computed once per row: a sampler
+        passes the same batch object until its subsample changes (batches are never changed in
+        place), and a batch made by a block update from the last one
+        (:class:`~pymc_subsample.subsample.batch.Batch`) keeps the terms of the unchanged positions,
+        so an HMC-ECS iteration computes m/G rows' terms.
+        """
+        if self.glm is None:
+            return (self.center.astype(self.tall.theta.dtype),)
+        last = self._batch_terms
+        if last is not None and last[0] is batch:
+            return last[1]
+        if last is not None and getattr(batch, "parent_token", None) == getattr(last[0], "token", -1):
+            changed = batch.changed
+            terms = [t.copy() for t in last[1]]
+            fresh = self.glm.row_terms(self.center, tuple(a[changed] for a in batch)).flat()
+            for t, new in zip(terms, fresh, strict=True):
+                t[changed] = new
+        else:
+            terms = [np.asarray(t) for t in self.glm.row_terms(self.center, batch).flat()]
+        self._batch_terms = (batch, terms)
+        return terms
 
     # --------------------------------------------------------------- functions
     def differences(self, theta, batch):
         """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
 
         def build():
-            center, d = self._differences_graph()
-            return self._inputs(center), d
+            at_center, d = self._differences_graph()
+            return self._inputs(at_center), d
 
         return self._compile("differences", build)(*self._args(theta, batch))
 
@@ -116,10 +145,10 @@ class SubsampledTarget:
         """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""
 
         def build():
-            center, d = self._differences_graph()
+            at_center, d = self._differences_graph()
             total, sigma2 = difference_parts(d, self.n_rows)
             value = self.tall.prior_graph + total - 0.5 * sigma2
-            return self._inputs(center), [value, pytensor.grad(value, self.tall.theta), sigma2]
+            return self._inputs(at_center), [value, pytensor.grad(value, self.tall.theta), sigma2]
 
         value, grad, sigma2 = self._compile("perturbed", build)(*self._args(theta, batch))
         sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
@@ -129,9 +158,9 @@ class SubsampledTarget:
         """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
 
         def build():
-            center, d = self._differences_graph()
+            at_center, d = self._differences_graph()
             total, _ = difference_parts(d, self.n_rows)
-            return self._inputs(center), pytensor.grad(self.tall.prior_graph + total, self.tall.theta)
+            return self._inputs(at_center), pytensor.grad(self.tall.prior_graph + total, self.tall.theta)
 
         grad = self._compile("difference_grad", build)(*self._args(theta, batch))
         return grad + self.proxy.sum_value_and_grad(theta)[1]
@@ -144,10 +173,10 @@ class SubsampledTarget:
         """
 
         def build():
-            center, d = self._differences_graph()
+            at_center, d = self._differences_graph()
             direction = self.tall.theta.type(name="unit")
             jvp = directional_derivative(d, self.tall.theta, direction)
-            return self._inputs(center, direction), jvp
+            return self._inputs(at_center, direction), jvp
 
         fn = self._compile("difference_jvp", build)
         dt = self.tall.theta.dtype
@@ -163,13 +192,13 @@ class SubsampledTarget:
         """
 
         def build():
-            center, d = self._differences_graph()
+            at_center, d = self._differences_graph()
             m = pt.lscalar("batch_size")
             a_, lam_ = pt.dscalar("a"), pt.dscalar("lam")
             d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
             value = self.tall.prior_graph + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
             grad = pytensor.grad(value, self.tall.theta)
-            return self._inputs(center, m, a_, lam_), [value, grad, d]
+            return self._inputs(at_center, m, a_, lam_), [value, grad, d]
 
         fn = self._compile("signed", build)
         scalars = (np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float),
@@ -206,3 +235,4 @@ class SubsampledTarget:
 
     def prior_value(self, theta) -> float:
         return float(self.tall.prior_value_and_grad(theta)[0])
+

@@ -27,6 +27,8 @@ any model it does not fit keeps the generic graph.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -44,6 +46,7 @@ from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
 __all__ = [
     "LINKS",
     "DistributionalRegression",
+    "RowTerms",
     "affine_view",
     "distributional_regression",
     "view_matching_rows",
@@ -94,6 +97,33 @@ _CLOSED_FORMS = {
 }
 
 
+@dataclass(frozen=True)
+class RowTerms:
+    """η_k, f(y_k, η_k), ∂_j f and ∂_jl f (j ≤ l) of every row at one θ, as arrays (m,) or as the
+    symbolic vectors a compiled graph takes them by.
+
+    At θ* these are all the Taylor proxy of a row needs (seed 004 eq. 4.4 written in η:
+    q_k = f_k + Σ_j ∂_j f_k u_kj + ½ Σ_jl ∂_jl f_k u_kj u_kl, u_k = η_k(θ) − η_k). They depend on
+    θ* and the row only, so a sampler computes them once when a row enters the subsample instead of
+    at every leapfrog step, and the estimator's graph holds no derivative of f in η at all.
+    """
+
+    eta: list
+    value: object
+    first: list
+    second: dict  # (j, l) with j ≤ l → ∂_jl f
+
+    def flat(self) -> list:
+        return [*self.eta, self.value, *self.first, *self.second.values()]
+
+    @classmethod
+    def from_flat(cls, values, n_eta, pairs) -> RowTerms:
+        values = list(values)
+        eta, value = values[:n_eta], values[n_eta]
+        first = values[n_eta + 1: 2 * n_eta + 1]
+        return cls(eta, value, first, dict(zip(pairs, values[2 * n_eta + 1:], strict=True)))
+
+
 class DistributionalRegression:
     """The model's rows as f(y_k, η_k) with η affine in θ (module docstring); build it with
     :func:`distributional_regression`.
@@ -114,7 +144,8 @@ class DistributionalRegression:
         self.links = links
         # η in NumPy from the compiled parameters of the link check: no second function
         self._raw_function, self._raw_to_eta = raw_function, raw_to_eta
-        self._derivatives = None
+        self._terms_function = None
+        self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
 
     @property
     def n_eta(self) -> int:
@@ -164,19 +195,36 @@ class DistributionalRegression:
         jac = np.stack([self.eta(e, batch) - offset for e in np.eye(self.tall.ndim)], axis=2)
         return offset, jac
 
-    def rows_and_curvature(self, theta, batch):
-        """f(y_k, η_k(θ)) (m,) and F''_k(θ) (m, p, p), from one compiled elementwise function."""
-        if self._derivatives is None:
-            value, _, second = self.derivative_graphs(self.eta_rows, order=2)
-            outputs = [value, *(pt.broadcast_to(g, value.shape) for g in second.values())]
+    def row_terms(self, theta, batch) -> RowTerms:
+        """:class:`RowTerms` of the rows of ``batch`` at θ, from one compiled elementwise function
+        (the set-up's Σ H_k and the estimator's terms at θ* share it).
+        """
+        if self._terms_function is None:
+            value, first, second = self.derivative_graphs(self.eta_rows, order=2)
+            terms = RowTerms(self.eta_rows, value, first, second).flat()
+            outputs = [pt.broadcast_to(t, value.shape) for t in terms]
             inputs = [self.tall.theta, *self.tall.batch_inputs]
-            self._derivatives = (list(second), compile_function(inputs, outputs, exclude=SLOW_REWRITES))
-        keys, fn = self._derivatives
-        value, *entries = fn(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
+            self._terms_function = compile_function(inputs, outputs, exclude=SLOW_REWRITES)
+        values = self._terms_function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
+        return RowTerms.from_flat(values, self.n_eta, self.pairs)
+
+    def row_terms_variables(self) -> RowTerms:
+        """Symbolic vectors standing for :meth:`row_terms` at θ* in a graph (one value per row)."""
+        def vector(name):
+            return pt.vector(name, dtype="float64")
+
+        return RowTerms([vector(f"eta_center_{j}") for j in range(self.n_eta)], vector("f_center"),
+                        [vector(f"df_center_{j}") for j in range(self.n_eta)],
+                        {(j, k): vector(f"d2f_center_{j}{k}") for j, k in self.pairs})
+
+    def rows_and_curvature(self, theta, batch):
+        """f(y_k, η_k(θ)) (m,) and F''_k(θ) (m, p, p)."""
+        terms = self.row_terms(theta, batch)
+        value = np.asarray(terms.value, dtype=float)
         curvature = np.zeros((len(value), self.n_eta, self.n_eta))
-        for (j, k), entry in zip(keys, entries, strict=True):
+        for (j, k), entry in terms.second.items():
             curvature[:, j, k] = curvature[:, k, j] = entry
-        return np.asarray(value, dtype=float), curvature
+        return value, curvature
 
     def hessian_sum(self, theta, batch) -> np.ndarray:
         """Σ_k J_kᵀ F''_k(θ) J_k over ``batch``, shape (d, d)."""

@@ -2,17 +2,36 @@
 
 Rows are gathered once when they enter the subsample; a block update re-gathers
 only the rows of the changed block (DESIGN step 2), so an HMC-ECS iteration
-touches m/G new rows, not m. Nothing else is cached per row: the proxy terms at θ*
-come from the batch graph itself in the same compiled call (DESIGN step 3).
+touches m/G new rows, not m. A batch made by a block update says which batch it
+came from and which positions changed (:class:`Batch`), so that per-row
+quantities cached for the old batch (a distributional regression's terms at θ*,
+``SubsampledTarget``) are computed again for those positions only.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Subsample"]
+__all__ = ["Batch", "Subsample"]
+
+_tokens = itertools.count()
+
+
+class Batch(tuple):
+    """The rows of a subsample: one array per row leaf, never changed in place.
+
+    ``token`` names this batch; a batch made from another by replacing the rows at ``changed``
+    (a slice) records the other's token as ``parent_token``. Tokens, not references: a chain of
+    references would keep every earlier batch alive.
+    """
+
+    def __new__(cls, arrays, *, parent_token=None, changed=None):
+        batch = super().__new__(cls, arrays)
+        batch.token, batch.parent_token, batch.changed = next(_tokens), parent_token, changed
+        return batch
 
 
 @dataclass
@@ -25,7 +44,7 @@ class Subsample:
     @classmethod
     def gather(cls, tall, idx) -> Subsample:
         idx = np.asarray(idx, dtype=int)
-        return cls(idx=idx, batch=tall.gather(idx))
+        return cls(idx=idx, batch=Batch(tall.gather(idx)))
 
     @property
     def size(self) -> int:
@@ -34,7 +53,8 @@ class Subsample:
     def with_block(self, tall, new_idx, block: slice) -> Subsample:
         """A new subsample equal to this one except the positions ``block`` of ``new_idx``."""
         rows = tall.gather(new_idx[block])
-        batch = tuple(a.copy() for a in self.batch)
-        for full, part in zip(batch, rows):
+        arrays = tuple(a.copy() for a in self.batch)
+        for full, part in zip(arrays, rows):
             full[block] = part
-        return Subsample(idx=np.asarray(new_idx), batch=batch)
+        parent = getattr(self.batch, "token", None)
+        return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=block))
