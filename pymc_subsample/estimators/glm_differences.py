@@ -21,7 +21,10 @@ keeps the generic graph.
 
 from __future__ import annotations
 
+import pytensor.tensor as pt
+
 from pymc_subsample.control_variates.taylor import truncate
+from pymc_subsample.model.distributional import RowTerms
 
 __all__ = ["glm_differences_graph"]
 
@@ -32,6 +35,11 @@ def glm_differences_graph(view, order, at_center):
     symbolic vectors, e.g. ``view.row_terms_variables()``).
     """
     etas = view.eta_rows
+    # the terms have the batch's length: said, so that PyTensor drops its run-time broadcast checks
+    # (an Assert, Eq and ScalarFromTensor per input: three more C modules on a first run)
+    rows = view.tall.batch_inputs[0].shape[0] if view.tall.batch_inputs else 1
+    at_center = RowTerms.from_flat([pt.specify_shape(t, (rows,)) for t in at_center.flat()], view.n_eta,
+                                   view.pairs)
     u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
     slope = sum(g * u[j] for j, g in enumerate(at_center.first)) if order >= 1 else None
     # ∂_jk f u_j u_k over j ≤ k: the pairs j < k stand for both (j, k) and (k, j)
