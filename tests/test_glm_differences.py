@@ -124,16 +124,19 @@ def test_regression_view_is_used_only_where_it_reproduces_the_model(monkeypatch)
 @pytest.mark.parametrize("name", ["gaussian_mean", "logistic", "poisson_offset", "hierarchical_logistic",
                                   "linear", "student_t", "negative_binomial", "two_observed"])
 def test_eta_hessian_sums_equal_the_model_graphs(name):
-    """Σ H_k of the set-up passes, from η (J_kᵀ F''_k J_k), equals the per-row Hessians of the
-    model's own graph (forward mode, d² passes)."""
+    """Σℓ_k, Σ∇ℓ_k and Σ H_k of the set-up passes, from η (Σf, Σ J_kᵀ∇f_k, Σ J_kᵀ F''_k J_k), equal the
+    model's own graph: its rows, its per-row gradients and Hessians (forward mode, d and d² passes)."""
     tall = TallModel(BUILD[name](3_000) if name in BUILD else build(name, 3_000))
-    assert tall.regression_view is not None and tall._eta_hessians
+    assert tall.regression_view is not None and tall._uses_eta_sums()
     rng = np.random.default_rng(4)
     batch = tall.gather(rng.integers(0, tall.n_rows, 300))
     theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
     total, grad, hess = tall.loglik_sum_value_grad_hessian(theta, batch)
     np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
-    assert total == pytest.approx(tall.loglik_rows(theta, batch).sum(), rel=1e-12)
+    rows, grads = tall.loglik_rows_and_grads(theta, batch)
+    assert total == pytest.approx(rows.sum(), rel=1e-12)
+    np.testing.assert_allclose(grad, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
+    assert tall.loglik_sum_value_and_grad(theta, batch)[0] == total
 
 
 def test_a_failed_check_keeps_the_hessian_vector_products(monkeypatch):
@@ -153,7 +156,7 @@ def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monke
 
     monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
     tall = TallModel(build("logistic", 2_000))
-    assert tall.regression_view is not None and not tall._eta_hessians
+    assert tall.regression_view is not None and not tall._uses_eta_sums()
     assert SubsampledTarget(tall, tall.initial_theta).glm is tall.regression_view
     batch = tall.gather(np.arange(200))
     theta = tall.initial_theta + 0.1

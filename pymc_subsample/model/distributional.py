@@ -217,20 +217,20 @@ class DistributionalRegression:
                         [vector(f"df_center_{j}") for j in range(self.n_eta)],
                         {(j, k): vector(f"d2f_center_{j}{k}") for j, k in self.pairs})
 
-    def rows_and_curvature(self, theta, batch):
-        """f(y_k, η_k(θ)) (m,) and F''_k(θ) (m, p, p)."""
+    def sums(self, theta, batch, hessian=True):
+        """Σ_k f(y_k, η_k), Σ_k J_kᵀ ∇f_k and (with ``hessian``) Σ_k J_kᵀ F''_k J_k over ``batch`` at θ,
+        from one call of the elementwise function and η's exact Jacobian (d + 1 evaluations of η).
+        """
         terms = self.row_terms(theta, batch)
-        value = np.asarray(terms.value, dtype=float)
-        curvature = np.zeros((len(value), self.n_eta, self.n_eta))
+        _, jac = self.eta_offset_and_jacobian(batch)
+        first = np.column_stack([np.broadcast_to(g, np.shape(terms.value)) for g in terms.first])
+        total, grad = float(np.sum(terms.value)), np.einsum("kj,kjd->d", first, jac)
+        if not hessian:
+            return total, grad
+        curvature = np.zeros((len(first), self.n_eta, self.n_eta))
         for (j, k), entry in terms.second.items():
             curvature[:, j, k] = curvature[:, k, j] = entry
-        return value, curvature
-
-    def hessian_sum(self, theta, batch) -> np.ndarray:
-        """Σ_k J_kᵀ F''_k(θ) J_k over ``batch``, shape (d, d)."""
-        _, jac = self.eta_offset_and_jacobian(batch)
-        curvature = self.rows_and_curvature(theta, batch)[1]
-        return np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
+        return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
 
 
 def _without_parameter_checks(graph):
@@ -354,8 +354,7 @@ def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalReg
     batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
 
     def both(theta):
-        model_sum = float(tall.loglik_sum_value_and_grad(theta, batch)[0])
-        return model_sum, float(np.sum(view.rows_and_curvature(theta, batch)[0]))
+        return tall.model_loglik_sum(theta, batch), float(np.sum(view.row_terms(theta, batch).value))
 
     try:
         model_center, f_center = both(center)

@@ -92,7 +92,7 @@ class TallModel:
         self._affine_view_found = False
         self._regression_view = None  # TallModel.regression_view, checked on first use
         self._regression_view_checked = False
-        self._eta_hessians = False  # Σ H_k from η (regression_view), decided with the set-up function
+        self._eta_hessians = None  # set-up sums from η (TallModel._uses_eta_sums), decided on first use
         self._build_row_graphs()
         self._check_rows_independent()
 
@@ -146,9 +146,10 @@ class TallModel:
 
         By default from a small function of its own (about 7 µs a call), for samplers that call
         it every iteration. ``setup=True`` takes them from the set-up function instead, which
-        set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call.
+        set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call (a
+        distributional regression, whose set-up sums come from η, has no set-up function).
         """
-        if setup:
+        if setup and not self._uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
@@ -223,7 +224,9 @@ class TallModel:
         return np.stack([self.rows_hessian_vector(theta, e, batch) for e in eye], axis=2)
 
     def loglik_sum_value_and_grad(self, theta, batch):
-        """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass)."""
+        """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass, or from η)."""
+        if self._uses_eta_sums():
+            return self._regression_view.sums(theta, batch, hessian=False)
         return self._setup_terms(theta, self._no_directions(), batch)[2:4]
 
     def loglik_sum_value_grad_hessian(self, theta, batch):
@@ -231,14 +234,14 @@ class TallModel:
 
         Σ H_k is the Jacobian of the summed gradient: the set-up function's Hessian-vector
         products along the d unit vectors, all in one call when they are vectorised, else one
-        call per direction.
+        call per direction. A distributional regression takes all three from η instead
+        (:meth:`_uses_eta_sums`).
         """
         theta = _as_theta(theta, self.theta.dtype)
+        if self._uses_eta_sums():
+            return self._regression_view.sums(theta, batch, hessian=True)
         eye = np.eye(self.ndim, dtype=self.theta.dtype)
         self._setup_function()
-        if self._eta_hessians:
-            total, grad = self.loglik_sum_value_and_grad(theta, batch)
-            return total, grad, self._regression_view.hessian_sum(theta, batch)
         if self._hvp_vectorised:
             _, _, total, grad, hess = self._setup_terms(theta, eye, batch)
             return total, grad, hess
@@ -268,28 +271,41 @@ class TallModel:
         gradient pass. With k = 0 the Hessian-vector products cost nothing when they are vectorised over
         the rows of V. When PyTensor cannot vectorise them (``a[group]`` indexing stalls its
         rewrites for minutes), k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0.
+        A distributional regression (:meth:`_uses_eta_sums`) never compiles it.
         """
-        if "setup" in self._functions:
-            return self._functions["setup"]
-        self._eta_hessians = self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
-        if self._eta_hessians:
-            self._compile("setup", lambda: self._build_setup(vectorise=False, hessian=False))
-            if self.regression_view is None:  # not affine, or f misses a term: the products after all
-                del self._functions["setup"]
-                self._eta_hessians = False
-        if not self._eta_hessians:
-            self._compile_setup_with_products()
+        if "setup" not in self._functions:
+            self._hvp_vectorised = not self._has_advanced_indexing()
+            if self._hvp_vectorised:
+                try:
+                    self._compile("setup", lambda: self._build_setup(vectorise=True))
+                except (NotImplementedError, TypeError, ValueError):
+                    self._hvp_vectorised = False
+            if not self._hvp_vectorised:
+                self._compile("setup", lambda: self._build_setup(vectorise=False))
         return self._functions["setup"]
 
-    def _compile_setup_with_products(self):
-        self._hvp_vectorised = not self._has_advanced_indexing()
-        if self._hvp_vectorised:
-            try:
-                self._compile("setup", lambda: self._build_setup(vectorise=True))
-            except (NotImplementedError, TypeError, ValueError):
-                self._hvp_vectorised = False
-        if not self._hvp_vectorised:
-            self._compile("setup", lambda: self._build_setup(vectorise=False))
+    def _uses_eta_sums(self) -> bool:
+        """Whether Σℓ_k, Σ∇ℓ_k and Σ H_k come from η (:meth:`DistributionalRegression.sums
+        <pymc_subsample.model.distributional.DistributionalRegression.sums>`) instead of the set-up
+        function: for a distributional regression of up to :data:`ETA_HESSIAN_MAX_ROWS` rows whose f
+        reproduces the model's rows. Its first run then compiles no gradient of the model's own
+        graph, only its value for the checks (StudentT, NegativeBinomial: the digamma-heavy kernels).
+        """
+        if self._eta_hessians is None:
+            self._eta_hessians = self._eta_candidate() and self.regression_view is not None
+        return self._eta_hessians
+
+    def _eta_candidate(self) -> bool:
+        return self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
+
+    def model_loglik_sum(self, theta, batch) -> float:
+        """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks): with the
+        value-only rows function where the set-up sums will come from η, else with the set-up
+        function, so that a first run compiles only what its set-up needs anyway.
+        """
+        if self._eta_candidate() and self._eta_hessians is not False:
+            return float(np.sum(self.loglik_rows(theta, batch)))
+        return float(self._setup_terms(theta, self._no_directions(), batch)[2])
 
     @property
     def regression_view(self):
@@ -299,16 +315,13 @@ class TallModel:
         scale, a NegativeBinomial) when its f gives the model's own rows (checked numerically);
         else None.
 
-        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows its Σ H_k come from η
-        (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.hessian_sum`), and the
-        set-up function needs no second-order graph: 9 fewer C modules of 41 on a logistic
-        regression's first run, about 4 s (1.6× → 1.1× NUTS's cold start). J then costs d + 1
-        evaluations of η per chunk, more than the vectorised Hessian-vector products at large N
-        (measured at 10⁷ rows, d = 31: set-up 45 s against 26.5 s), where a one-off compilation
-        matters less; so past that size the set-up function keeps the products.
+        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows its set-up sums come from η (:meth:`_uses_eta_sums`):
+        9 fewer C modules of 41 on a logistic regression's first run, about 4 s (1.6× → 1.1× NUTS's
+        cold start). J then costs d + 1 evaluations of η per chunk, more than the vectorised
+        Hessian-vector products at large N (measured at 10⁷ rows, d = 31: set-up 45 s against
+        26.5 s), where a one-off compilation matters less; so past that size the set-up function
+        keeps the products.
         """
-        if not self._regression_view_checked:
-            self._setup_function()  # the numerical check needs it (and may have run inside it)
         if not self._regression_view_checked:
             view = self._candidate_view()
             self._regression_view = None if view is None else view_matching_rows(view, self.initial_theta)
@@ -328,13 +341,10 @@ class TallModel:
             for node in applys_between([self.theta, *self.batch_inputs], [self.batch_loglik])
         )
 
-    def _build_setup(self, vectorise, hessian=True):
+    def _build_setup(self, vectorise):
         total = pt.sum(self.batch_loglik)
         grad = pytensor.grad(total, self.theta)
         directions = pt.matrix("directions", dtype=self.theta.dtype)
-        if not hessian:  # a distributional regression: Σ H_k comes from η (regression_view)
-            hvps = pt.zeros((directions.shape[0], self.ndim), dtype=self.theta.dtype)
-            return self._setup_io(directions, total, grad, hvps)
         hvp = pytensor.grad(pt.dot(grad, self.direction), self.theta)
         if vectorise:
             hvps = vectorize_graph(hvp, replace={self.direction: directions})
@@ -389,14 +399,13 @@ class TallModel:
         idx = rng.choice(self.n_rows, size=k, replace=False)
         # jitter: at the initial point a reduction can vanish (e.g. mean(x) * 0)
         theta = self.initial_theta + rng.normal(scale=0.1, size=self.ndim)
-        # sums, with the function the centre's optimiser compiles anyway (a separate per-row
-        # function cost 4.4 s of a fresh machine's first run); over two different splits of the
-        # rows, so that a reduction over rows cannot cancel out
-        total = self.loglik_sum_value_and_grad
-        together = float(total(theta, self.gather(idx))[0])
-        alone = sum(float(total(theta, self.gather(idx[i : i + 1]))[0]) for i in range(k))
-        halves = sum(float(total(theta, self.gather(part))[0]) for part in (idx[: k // 2], idx[k // 2 :])
-                     if part.size)
+        # sums, with a function the set-up compiles anyway (a separate per-row function cost 4.4 s
+        # of a fresh machine's first run); over two different splits of the rows, so that a
+        # reduction over rows cannot cancel out
+        total = self.model_loglik_sum
+        together = total(theta, self.gather(idx))
+        alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(k))
+        halves = sum(total(theta, self.gather(part)) for part in (idx[: k // 2], idx[k // 2 :]) if part.size)
         if not np.allclose([together, halves], alone, rtol=1e-8, atol=1e-8, equal_nan=True):
             raise ValueError(
                 "The log-likelihood of one row depends on other rows: some observed value or "
