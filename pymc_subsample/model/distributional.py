@@ -34,6 +34,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
+from pytensor.compile.mode import Mode
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -137,13 +138,14 @@ class DistributionalRegression:
         The link of each η (a key of :data:`LINKS`).
     """
 
-    def __init__(self, tall, terms, eta_rows, links, raw_function, raw_to_eta):
+    def __init__(self, tall, terms, eta_rows, links, raw_graphs, raw_to_eta):
         self.tall = tall
         self._terms = terms  # (random variable op, parameters: η index or constant graph, y)
         self.eta_rows = eta_rows
         self.links = links
-        # η in NumPy from the compiled parameters of the link check: no second function
-        self._raw_function, self._raw_to_eta = raw_function, raw_to_eta
+        # η in NumPy from the parameters' graphs of the link check, compiled with C on first use
+        self._raw_graphs, self._raw_to_eta = raw_graphs, raw_to_eta
+        self._raw_function = None  # compiled on first use (the link check ran without C)
         self._terms_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
 
@@ -185,6 +187,9 @@ class DistributionalRegression:
     # ------------------------------------------------------------- numerics
     def eta(self, theta, batch) -> np.ndarray:
         """η_k(θ), shape (m, p)."""
+        if self._raw_function is None:
+            inputs = [self.tall.theta, *self.tall.batch_inputs]
+            self._raw_function = compile_function(inputs, self._raw_graphs)
         raw = self._raw_function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
         return np.column_stack([forward(np.asarray(v, dtype=float))
                                 for forward, v in zip(self._raw_to_eta, raw, strict=True)])
@@ -281,11 +286,14 @@ def distributional_regression(tall) -> DistributionalRegression:
     constant_rows = iter(graphs[n_free: n_free + n_const])
     terms = [(op, [p if isinstance(p, int) else next(constant_rows) for p in params], y)
              for (op, params, _), y in zip(terms, graphs[n_free + n_const:])]
-    fn = compile_function([tall.theta, *tall.batch_inputs], raw)
+    # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
+    # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
+    python_only = Mode(linker="py", optimizer="fast_compile")
+    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=python_only, on_unused_input="ignore")
     links = _affine_links(tall, fn, candidates)
     forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
-    return DistributionalRegression(tall, terms, eta_rows, links, fn, [forward[1] for forward in forwards])
+    return DistributionalRegression(tall, terms, eta_rows, links, raw, [forward[1] for forward in forwards])
 
 
 def _strip_link(param):
