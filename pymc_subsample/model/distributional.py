@@ -69,6 +69,14 @@ def _normal(y, mu, log_sigma):
     return -0.5 * ((y - mu) * pt.exp(-log_sigma)) ** 2 - log_sigma - _HALF_LOG_2PI
 
 
+def _normal_known_sigma(y, mu, sigma):
+    """As PyMC writes it: a constant σ keeps its own dtype (σ = 1.5 is float32 in PyMC's graph), so
+    log σ rounds as the model's own rows do and f equals them, not only their changes; the division
+    is in float64 (y − μ is), so 1/σ does not round to float32.
+    """
+    return -0.5 * ((y - mu) / sigma) ** 2 - pt.log(sigma) - _HALF_LOG_2PI
+
+
 def _student_t(y, log_nu, mu, log_sigma):
     nu = pt.exp(log_nu)
     z = (y - mu) * pt.exp(-log_sigma)
@@ -93,7 +101,7 @@ _CLOSED_FORMS = {
     (BernoulliRV, ("logit",)): lambda y, eta: y * eta - pt.softplus(eta),
     (PoissonRV, ("log",)): lambda y, eta: y * eta - pt.exp(eta) - pt.gammaln(y + 1.0),
     (NormalRV, ("identity", "log")): _normal,
-    (NormalRV, ("identity", None)): lambda y, mu, sigma: _normal(y, mu, pt.log(sigma)),
+    (NormalRV, ("identity", None)): _normal_known_sigma,
     (NormalRV, (None, "log")): lambda y, mu, log_sigma: _normal(y, mu, log_sigma),
 }
 
@@ -161,9 +169,9 @@ class DistributionalRegression:
             args = [etas[p] if isinstance(p, int) else p for p in params]
             closed_form = _CLOSED_FORMS.get((type(op), links))
             if closed_form is not None:
-                # in float64 throughout: a constant σ = 1.5 is float32 in PyMC's graph, and
-                # log(σ) of it would round to float32
-                total = total + closed_form(*(pt.cast(a, "float64") for a in (observed, *args)))
+                # η and y in float64; constants as the model has them (_normal_known_sigma)
+                args = [pt.cast(a, "float64") if isinstance(p, int) else a for p, a in zip(params, args)]
+                total = total + closed_form(pt.cast(observed, "float64"), *args)
                 continue
             values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args)]
             total = total + _without_parameter_checks(pm.logp(op(*values), observed))
@@ -352,10 +360,11 @@ def affine_view(tall) -> DistributionalRegression | None:
 
 
 def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalRegression | None:
-    """``view`` when its f gives the model's own rows, else None (no error): the change of
-    Σ_k f(y_k, η_k) from ``center`` to ``n_checks`` points around it against the change of the
-    model's own Σ_k ℓ_k, on a few rows. Changes, not values: users need only differences and
-    derivatives of f.
+    """``view`` when its f gives the model's own rows, else None (no error): Σ_k f(y_k, η_k) at
+    ``center`` and its change to ``n_checks`` points around it against the model's own Σ_k ℓ_k, on
+    a few rows. Values too, not only changes: the set-up's Σℓ_k(θ*) comes from f, and with it the
+    value of every estimate (HMC-ECS with all rows and an exact proxy is the model's own log
+    posterior, to the last digits).
     """
     tall = view.tall
     rng = np.random.default_rng(0)
@@ -366,6 +375,8 @@ def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalReg
 
     try:
         model_center, f_center = both(center)
+        if not np.isclose(f_center, model_center, rtol=rtol, atol=rtol):
+            return None
         for _ in range(n_checks):
             model_sum, f_sum = both(center + rng.normal(scale=0.5, size=tall.ndim))
             if not np.isclose(f_sum - f_center, model_sum - model_center, rtol=rtol,
