@@ -100,7 +100,7 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
 
 def _log_posterior(tall, theta, chunk_size):
     prior, _ = tall.prior_value_and_grad(theta, setup=True)
-    loglik, _ = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
+    (loglik,) = chunked_sum(tall, tall.loglik_sum_value, theta, chunk_size=chunk_size)
     value = float(prior) + float(loglik)
     return value if np.isfinite(value) else -np.inf
 

@@ -155,6 +155,7 @@ class DistributionalRegression:
         self._raw_graphs, self._raw_to_eta = raw_graphs, raw_to_eta
         self._raw_function = None  # compiled on first use (the link check ran without C)
         self._terms_function = None
+        self._vjp_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
 
     @property
@@ -232,18 +233,35 @@ class DistributionalRegression:
 
     def sums(self, theta, batch, hessian=True):
         """Σ_k f(y_k, η_k), Σ_k J_kᵀ ∇f_k and (with ``hessian``) Σ_k J_kᵀ F''_k J_k over ``batch`` at θ,
-        from one call of the elementwise function and η's exact Jacobian (d + 1 evaluations of η).
+        from one call of the elementwise function; the Hessian with η's exact Jacobian (d + 1
+        evaluations of η), the gradient alone by one reverse pass through η (:meth:`eta_vjp`), which
+        at 10⁶ rows and d = 30 is ~30× cheaper than J.
         """
         terms = self.row_terms(theta, batch)
-        _, jac = self.eta_offset_and_jacobian(batch)
-        first = np.column_stack([np.broadcast_to(g, np.shape(terms.value)) for g in terms.first])
-        total, grad = float(np.sum(terms.value)), np.einsum("kj,kjd->d", first, jac)
+        rows = np.shape(terms.value)
+        first = [np.broadcast_to(np.asarray(g, dtype=float), rows) for g in terms.first]
+        total = float(np.sum(terms.value))
         if not hessian:
-            return total, grad
-        curvature = np.zeros((len(first), self.n_eta, self.n_eta))
+            return total, self.eta_vjp(first, batch)
+        _, jac = self.eta_offset_and_jacobian(batch)
+        grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
+        curvature = np.zeros((rows[0], self.n_eta, self.n_eta))
         for (j, k), entry in terms.second.items():
             curvature[:, j, k] = curvature[:, k, j] = entry
         return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
+
+    def eta_vjp(self, cotangents, batch) -> np.ndarray:
+        """Σ_k J_kᵀ c_k for per-row cotangents ``cotangents`` (p arrays (m,)): reverse mode through η,
+        which does not depend on θ (η is affine).
+        """
+        if self._vjp_function is None:
+            tall = self.tall
+            covectors = [pt.vector(f"cotangent_{j}", dtype="float64") for j in range(self.n_eta)]
+            inner = sum(pt.sum(c * eta) for c, eta in zip(covectors, self.eta_rows, strict=True))
+            inputs = [tall.theta, *covectors, *tall.batch_inputs]
+            self._vjp_function = compile_function(inputs, pytensor.grad(inner, tall.theta))
+        zero = np.zeros(self.tall.ndim, dtype=self.tall.theta.dtype)
+        return np.asarray(self._vjp_function(zero, *cotangents, *batch), dtype=float)
 
 
 def _without_parameter_checks(graph):

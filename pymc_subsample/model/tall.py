@@ -223,6 +223,12 @@ class TallModel:
         eye = np.eye(self.ndim)
         return np.stack([self.rows_hessian_vector(theta, e, batch) for e in eye], axis=2)
 
+    def loglik_sum_value(self, theta, batch) -> tuple:
+        """(Σ_k ℓ_k,) over the rows of ``batch``, for passes that need no gradient."""
+        if self._uses_eta_sums():
+            return (float(np.sum(self._regression_view.row_terms(theta, batch).value)),)
+        return (self._setup_terms(theta, self._no_directions(), batch)[2],)
+
     def loglik_sum_value_and_grad(self, theta, batch):
         """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass, or from η)."""
         if self._uses_eta_sums():
