@@ -235,4 +235,3 @@ class SubsampledTarget:
 
     def prior_value(self, theta) -> float:
         return float(self.tall.prior_value_and_grad(theta)[0])
-

@@ -178,19 +178,16 @@ class DistributionalRegression:
             total = total + _without_parameter_checks(pm.logp(op(*values), observed))
         return total
 
-    def derivative_graphs(self, etas, order):
+    def derivative_graphs(self, etas):
         """f, ∂_j f and ∂_jl f (j ≤ l) at ``etas``, elementwise (rows are independent, so the
         gradient of a sum over rows is the per-row derivative).
         """
         value = self.loglik_graph(etas)
-        if order == 0:
-            return value, [], {}
         first = pytensor.grad(value.sum(), etas, disconnected_inputs="ignore")
         second = {}
-        if order == 2:
-            for j in range(self.n_eta):
-                row = pytensor.grad(first[j].sum(), etas[j:], disconnected_inputs="ignore")
-                second.update({(j, j + i): g for i, g in enumerate(row)})
+        for j in range(self.n_eta):
+            row = pytensor.grad(first[j].sum(), etas[j:], disconnected_inputs="ignore")
+            second.update({(j, j + i): g for i, g in enumerate(row)})
         return value, first, second
 
     # ------------------------------------------------------------- numerics
@@ -214,7 +211,7 @@ class DistributionalRegression:
         (the set-up's Σ H_k and the estimator's terms at θ* share it).
         """
         if self._terms_function is None:
-            value, first, second = self.derivative_graphs(self.eta_rows, order=2)
+            value, first, second = self.derivative_graphs(self.eta_rows)
             terms = RowTerms(self.eta_rows, value, first, second).flat()
             outputs = [pt.broadcast_to(t, value.shape) for t in terms]
             inputs = [self.tall.theta, *self.tall.batch_inputs]

@@ -92,7 +92,7 @@ class TallModel:
         self._affine_view_found = False
         self._regression_view = None  # TallModel.regression_view, checked on first use
         self._regression_view_checked = False
-        self._eta_hessians = None  # set-up sums from η (TallModel._uses_eta_sums), decided on first use
+        self._eta_sums = None  # set-up sums from η (TallModel._uses_eta_sums), decided on first use
         self._build_row_graphs()
         self._check_rows_independent()
 
@@ -297,9 +297,9 @@ class TallModel:
         reproduces the model's rows. Its first run then compiles no gradient of the model's own
         graph, only its value for the checks (StudentT, NegativeBinomial: the digamma-heavy kernels).
         """
-        if self._eta_hessians is None:
-            self._eta_hessians = self._eta_candidate() and self.regression_view is not None
-        return self._eta_hessians
+        if self._eta_sums is None:
+            self._eta_sums = self._eta_candidate() and self.regression_view is not None
+        return self._eta_sums
 
     def _eta_candidate(self) -> bool:
         return self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
@@ -309,7 +309,7 @@ class TallModel:
         value-only rows function where the set-up sums will come from η, else with the set-up
         function, so that a first run compiles only what its set-up needs anyway.
         """
-        if self._eta_candidate() and self._eta_hessians is not False:
+        if self._eta_candidate() and self._eta_sums is not False:
             return float(np.sum(self.loglik_rows(theta, batch)))
         return float(self._setup_terms(theta, self._no_directions(), batch)[2])
 
