@@ -18,7 +18,7 @@ import numpy as np
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 
-__all__ = ["TaylorProxy", "check_proxy_order"]
+__all__ = ["RowFreeTaylorProxy", "TaylorProxy", "check_proxy_order", "make_proxy"]
 
 
 def check_proxy_order(order) -> int:
@@ -94,6 +94,85 @@ class TaylorProxy:
         if prior_hessian is not None:
             prec = prec - prior_hessian
         return prec
+
+
+class RowFreeTaylorProxy(TaylorProxy):
+    """Taylor proxies in η for rows whose parameters are affine in a row-free φ(θ), not in θ.
+
+    A non-centred hierarchical model's rows read ``a = μ + τ z`` through ``a[g_k]``
+    (:mod:`pymc_subsample.model.row_free`): η_k = η_k(0) + J_k φ(θ) exactly, with φ = (a, β, ...).
+    Expanding f(y_k, ·) to ``order`` in u_k = η_k(θ) − η_k(θ*) = J_k Δφ instead of ℓ_k in v = θ − θ*
+    (seed 004 eq. 4.4 in other coordinates) gives a control variate whose sum is as cheap,
+
+        Σ_k q_k(θ) = Σ_k f_k* + Aᵀ Δφ + ½ Δφᵀ B Δφ,   A = Σ_k J_kᵀ ∇f_k*,  B = Σ_k J_kᵀ F''_k* J_k,
+
+    with Δφ = φ(θ) − φ(θ*), and that is exact in φ's own non-linearity (τ z): the rows' differences
+    are f's third-order terms in u_k only. The θ-Taylor proxy of the same model leaves a difference
+    of order N·|v|³ through τ z, which at 10⁵ rows made HMC-ECS need every row. Where φ = θ the two
+    are the same proxy. ``grad_sum`` and ``hess_sum`` are still the θ-space sums at θ*
+    (Dφᵀ A and Dφᵀ B Dφ + Σ_i A_i ∇²φ_i), for the Laplace precision.
+
+    Parameters
+    ----------
+    tall : TallModel
+    view : DistributionalRegression
+        With ``view.phi`` set.
+    center, order, chunk_size
+        As :class:`TaylorProxy`.
+    """
+
+    def __init__(self, tall, view, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE):
+        self.tall, self.view = tall, view
+        self.order = check_proxy_order(order)
+        self.center = np.asarray(center, dtype=float).copy()
+        total, self.phi_grad_sum, self.phi_hess_sum = chunked_sum(
+            tall, view.phi_sums, self.center, chunk_size=chunk_size
+        )
+        self.loglik_sum = float(total)
+        phi = view.phi
+        self.phi_center = phi.value(self.center)
+        dphi = phi.jacobian(self.center)
+        self.grad_sum = dphi.T @ self.phi_grad_sum
+        self.hess_sum = dphi.T @ self.phi_hess_sum @ dphi + phi.contracted_hessian(self.center, self.phi_grad_sum)
+
+    def sum_value_and_grad(self, theta):
+        """Σ_k q_k(θ) and its gradient Dφ(θ)ᵀ(A + B Δφ), one small compiled call (no rows)."""
+        value, grad = self.view.phi.quadratic(theta, self.phi_center, self.phi_grad_sum, self.phi_hess_sum,
+                                              self.order)
+        return self.loglik_sum + value, grad
+
+    def rows_value(self, theta, batch):
+        """q_k(θ) (m,) from the rows' terms at θ* and η at θ."""
+        terms = self.view.row_terms(self.center, batch)
+        u = self.view.eta(theta, batch) - np.column_stack(terms.eta)
+        slope = sum(g * u[:, j] for j, g in enumerate(terms.first))
+        curvature = sum((1 if j == k else 2) * g * u[:, j] * u[:, k] for (j, k), g in terms.second.items())
+        return np.broadcast_to(truncate(self.order, terms.value, slope, curvature), u.shape[:1])
+
+    def rows_value_and_grad(self, theta, batch):
+        """q_k(θ) (m,) and ∇q_k(θ) = Dφ(θ)ᵀ J_kᵀ (∇f_k* + F''_k* u_k) (m, d)."""
+        q = self.rows_value(theta, batch)
+        if self.order == 0:
+            return q, np.zeros((q.shape[0], self.tall.ndim))
+        terms = self.view.row_terms(self.center, batch)
+        cotangent = np.column_stack([np.broadcast_to(g, q.shape) for g in terms.first])
+        if self.order == 2:
+            u = self.view.eta(theta, batch) - np.column_stack(terms.eta)
+            for (j, k), g in terms.second.items():
+                cotangent[:, j] += g * u[:, k]
+                if j != k:
+                    cotangent[:, k] += g * u[:, j]
+        _, jac = self.view.phi_offset_and_jacobian(batch)
+        return q, np.einsum("kj,kjr,rd->kd", cotangent, jac, self.view.phi.jacobian(theta))
+
+
+def make_proxy(tall, view, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE):
+    """The Taylor proxy of ``tall`` around ``center``: in η (:class:`RowFreeTaylorProxy`) when the
+    distributional-regression ``view`` has its parameters affine in a row-free φ(θ), else in θ.
+    """
+    if view is not None and view.phi is not None:
+        return RowFreeTaylorProxy(tall, view, center, order, chunk_size=chunk_size)
+    return TaylorProxy(tall, center, order, chunk_size=chunk_size)
 
 
 def truncate(order, at_center, slope, curvature):

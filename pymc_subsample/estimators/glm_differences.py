@@ -17,6 +17,10 @@ the largest fused kernel out of a first run's compilation. Used by
 :class:`~pymc_subsample.estimators.target.SubsampledTarget` whenever f reproduces the model's own
 per-row log-likelihood (``TallModel.regression_view``, checked numerically once); every other model
 keeps the generic graph.
+
+Where η is affine not in θ but in a row-free φ(θ) (:mod:`pymc_subsample.model.row_free`), the same
+graph is the difference from the Taylor proxy in η, u_k = η_k(θ) − η_k(θ*) = J_k(φ(θ) − φ(θ*))
+still exactly, whose sum :class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy` gives.
 """
 
 from __future__ import annotations

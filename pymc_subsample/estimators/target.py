@@ -15,7 +15,8 @@ O(m)); the gradient is reverse mode through the estimator's own formula, which
 computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·ℓ_batch, v) with
 w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
 Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
-For a GLM or any distributional regression (ℓ_k = f(y_k, η_k), η ∈ R^p affine in θ) the same d is
+For a GLM or any distributional regression (ℓ_k = f(y_k, η_k), η ∈ R^p affine in θ, or in a
+row-free φ(θ) with the proxy taken in η: ``RowFreeTaylorProxy``) the same d is
 written in η instead (:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode, and
 the rows' terms at θ* are inputs computed once per batch (a subsample change), not per call.
 """
@@ -28,7 +29,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from pymc_subsample.control_variates.taylor import TaylorProxy, truncate
+from pymc_subsample.control_variates.taylor import make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
@@ -55,12 +56,12 @@ class SubsampledTarget:
     def __init__(self, tall, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE, glm="auto"):
         self.tall = tall
         self.n_rows = tall.n_rows
-        self.proxy = TaylorProxy(tall, center, order, chunk_size=chunk_size)
+        self._glm_choice = glm
+        self.proxy = make_proxy(tall, self.glm, center, order, chunk_size=chunk_size)
         self.center = self.proxy.center
         self.order = self.proxy.order
         self._functions = {}
         self._precision = None
-        self._glm_choice = glm
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
 
     @property
@@ -69,7 +70,7 @@ class SubsampledTarget:
         (``glm_differences``), or None (generic).
 
         ``glm="auto"`` (default) uses it whenever the model's rows are univariate distributions
-        with parameters affine in θ through a link and f matches the model's own rows
+        with parameters affine in θ (or a row-free φ(θ)) through a link and f matches the model's own rows
         (``TallModel.regression_view``); ``glm=False`` forces the generic forward-mode graph.
         """
         return self.tall.regression_view if self._glm_choice else None

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytensor
-from pytensor.compile.mode import get_default_mode
+from pytensor.compile.mode import Mode, get_default_mode
 
-__all__ = ["SLOW_REWRITES", "compile_function", "precompiled_header_flags"]
+__all__ = ["PYTHON_LINKER", "SLOW_REWRITES", "compile_function", "precompiled_header_flags"]
 
 #: the headers every PyTensor C module includes first, in its order (pytensor/link/c/basic.py)
 _HEADERS = (
@@ -50,6 +50,10 @@ _headers: dict[str, Path | None] = {}  # compiledir → header whose .gch GCC us
 #: estimator's 3.7 s of rewriting on every construction, cache or not; without it, 1.8 s, and the
 #: compiled call is as fast or faster (StudentT 261 → 249 µs, logistic 150 → 143 µs at m = 1000)
 SLOW_REWRITES = ("local_greedy_distributor",)
+
+#: for graphs evaluated a few times at set-up on a few rows or none (the link check of a
+#: distributional regression, a model's row-free φ(θ)): PyTensor's Python linker, no C module
+PYTHON_LINKER = Mode(linker="py", optimizer="fast_compile")
 
 
 def compile_function(inputs, outputs, *, exclude=(), **kwargs):

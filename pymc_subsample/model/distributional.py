@@ -21,6 +21,10 @@ Rop), whose graphs take PyTensor many seconds to rewrite and compile on a first 
 for special functions (gammaln, digamma); here they are a few elementwise derivatives.
 A link is found for each free parameter: where the graph writes it as exp(x) or sigmoid(x), x
 itself; else the first of identity, log and logit under which it is numerically affine in θ.
+Where none is, η may still be affine in the few row-free values φ(θ) that its graph reads
+(:mod:`pymc_subsample.model.row_free`; a non-centred ``a = μ + τ z`` read as ``a[g]``):
+η_k = η_k(0) + J_k φ(θ), the view's :attr:`~DistributionalRegression.phi`, and the Taylor proxy
+is then taken in η (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
 :func:`view_matching_rows` then checks that f reproduces the model's own rows, and
 any model it does not fit keeps the generic graph.
 """
@@ -34,7 +38,6 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
-from pytensor.compile.mode import Mode
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -42,7 +45,8 @@ from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, P
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import logit
 
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
+from pymc_subsample.model.compile import PYTHON_LINKER, SLOW_REWRITES, compile_function
+from pymc_subsample.model.row_free import RowFreeParameters, row_free_frontier
 
 __all__ = [
     "LINKS",
@@ -146,8 +150,11 @@ class DistributionalRegression:
         The link of each η (a key of :data:`LINKS`).
     """
 
-    def __init__(self, tall, terms, eta_rows, links, raw_graphs, raw_to_eta):
+    def __init__(self, tall, terms, eta_rows, links, raw_graphs, raw_to_eta, phi=None):
         self.tall = tall
+        # η affine in θ (None), or in the row-free values φ(θ) its graph reads (RowFreeParameters)
+        self.phi = phi
+        self._phi_function = None
         self._terms = terms  # (random variable op, parameters: η index or constant graph, y)
         self.eta_rows = eta_rows
         self.links = links
@@ -206,6 +213,25 @@ class DistributionalRegression:
         jac = np.stack([self.eta(e, batch) - offset for e in np.eye(self.tall.ndim)], axis=2)
         return offset, jac
 
+    def eta_at_phi(self, phi, batch) -> np.ndarray:
+        """η_k as a function of a flat φ (:attr:`phi`), shape (m, p): affine in φ."""
+        if self._phi_function is None:
+            inputs = [*self.phi.inputs, *self.tall.batch_inputs]
+            eta_phi = pytensor.graph_replace(self.eta_rows, dict(zip(self.phi.graphs, self.phi.inputs)),
+                                             strict=False)
+            self._phi_function = compile_function(inputs, eta_phi)
+        return np.column_stack([np.asarray(v, dtype=float)
+                                for v in self._phi_function(*self.phi.split(phi), *batch)])
+
+    def phi_offset_and_jacobian(self, batch):
+        """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from r + 1 evaluations of η, exact because η is
+        affine in φ.
+        """
+        r = self.phi.size
+        offset = self.eta_at_phi(np.zeros(r), batch)
+        jac = np.stack([self.eta_at_phi(e, batch) - offset for e in np.eye(r)], axis=2)
+        return offset, jac
+
     def row_terms(self, theta, batch) -> RowTerms:
         """:class:`RowTerms` of the rows of ``batch`` at θ, from one compiled elementwise function
         (the set-up's Σ H_k and the estimator's terms at θ* share it).
@@ -229,27 +255,38 @@ class DistributionalRegression:
                         {(j, k): vector(f"d2f_center_{j}{k}") for j, k in self.pairs})
 
     def sums(self, theta, batch, hessian=True):
-        """Σ_k f(y_k, η_k), Σ_k J_kᵀ ∇f_k and (with ``hessian``) Σ_k J_kᵀ F''_k J_k over ``batch`` at θ,
-        from one call of the elementwise function; the Hessian with η's exact Jacobian (d + 1
-        evaluations of η), the gradient alone by one reverse pass through η (:meth:`eta_vjp`), which
-        at 10⁶ rows and d = 30 is ~30× cheaper than J.
+        """Σ_k f(y_k, η_k), Σ_k ∇ℓ_k and (with ``hessian``) Σ_k H_k in θ over ``batch`` at θ, from one
+        call of the elementwise function. The gradient alone by one reverse pass through η
+        (:meth:`eta_vjp`), which at 10⁶ rows and d = 30 is ~30× cheaper than J. The Hessian with η's
+        exact Jacobian (d + 1 evaluations of η), Σ_k J_kᵀ F''_k J_k; where η is affine in φ(θ)
+        instead, by the chain rule from :meth:`phi_sums`: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i.
         """
         terms = self.row_terms(theta, batch)
-        rows = np.shape(terms.value)
-        first = [np.broadcast_to(np.asarray(g, dtype=float), rows) for g in terms.first]
-        total = float(np.sum(terms.value))
+        total, first, curvature = _summed_terms(terms, self.n_eta)
         if not hessian:
-            return total, self.eta_vjp(first, batch)
+            return total, self.eta_vjp(first, batch, theta)
+        if self.phi is not None:
+            total, a, b = self.phi_sums(theta, batch, terms)
+            dphi = self.phi.jacobian(theta)
+            return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         _, jac = self.eta_offset_and_jacobian(batch)
         grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
-        curvature = np.zeros((rows[0], self.n_eta, self.n_eta))
-        for (j, k), entry in terms.second.items():
-            curvature[:, j, k] = curvature[:, k, j] = entry
         return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
 
-    def eta_vjp(self, cotangents, batch) -> np.ndarray:
-        """Σ_k J_kᵀ c_k for per-row cotangents ``cotangents`` (p arrays (m,)): reverse mode through η,
-        which does not depend on θ (η is affine).
+    def phi_sums(self, theta, batch, terms=None):
+        """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
+        the sums of the Taylor proxies in η of a model affine in φ(θ)
+        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
+        """
+        terms = self.row_terms(theta, batch) if terms is None else terms
+        total, first, curvature = _summed_terms(terms, self.n_eta)
+        _, jac = self.phi_offset_and_jacobian(batch)
+        a = np.einsum("kj,kjr->r", np.column_stack(first), jac)
+        return total, a, np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True)
+
+    def eta_vjp(self, cotangents, batch, theta) -> np.ndarray:
+        """Σ_k (∂η_k/∂θ)ᵀ c_k at θ for per-row cotangents ``cotangents`` (p arrays (m,)): reverse mode
+        through η (the same at every θ where η is affine in θ).
         """
         if self._vjp_function is None:
             tall = self.tall
@@ -257,8 +294,18 @@ class DistributionalRegression:
             inner = sum(pt.sum(c * eta) for c, eta in zip(covectors, self.eta_rows, strict=True))
             inputs = [tall.theta, *covectors, *tall.batch_inputs]
             self._vjp_function = compile_function(inputs, pytensor.grad(inner, tall.theta))
-        zero = np.zeros(self.tall.ndim, dtype=self.tall.theta.dtype)
-        return np.asarray(self._vjp_function(zero, *cotangents, *batch), dtype=float)
+        theta = np.asarray(theta, dtype=self.tall.theta.dtype)
+        return np.asarray(self._vjp_function(theta, *cotangents, *batch), dtype=float)
+
+
+def _summed_terms(terms, n_eta):
+    """(Σ_k f_k, [∂_j f (m,)], ∂_jl f as (m, p, p)) from :class:`RowTerms` of a batch."""
+    rows = np.shape(terms.value)
+    first = [np.broadcast_to(np.asarray(g, dtype=float), rows) for g in terms.first]
+    curvature = np.zeros((rows[0], n_eta, n_eta))
+    for (j, k), entry in terms.second.items():
+        curvature[:, j, k] = curvature[:, k, j] = entry
+    return float(np.sum(terms.value)), first, curvature
 
 
 def _without_parameter_checks(graph):
@@ -311,12 +358,32 @@ def distributional_regression(tall) -> DistributionalRegression:
              for (op, params, _), y in zip(terms, graphs[n_free + n_const:])]
     # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
     # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
-    python_only = Mode(linker="py", optimizer="fast_compile")
-    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=python_only, on_unused_input="ignore")
-    links = _affine_links(tall, fn, candidates)
+    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=PYTHON_LINKER, on_unused_input="ignore")
+    phi = None
+    try:
+        links = _affine_links(tall, lambda theta, batch: fn(theta, *batch), tall.ndim, candidates)
+    except ValueError:
+        phi, links = _affine_in_row_free(tall, raw, candidates)
     forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
-    return DistributionalRegression(tall, terms, eta_rows, links, raw, [forward[1] for forward in forwards])
+    return DistributionalRegression(tall, terms, eta_rows, links, raw, [forward[1] for forward in forwards], phi)
+
+
+def _affine_in_row_free(tall, raw, candidates):
+    """(φ, links) where the parameters are not affine in θ but in the row-free values φ(θ) they are
+    computed from (:mod:`pymc_subsample.model.row_free`, e.g. a non-centred ``μ + τ z[g]``), or a
+    ValueError.
+    """
+    frontier = row_free_frontier(raw, tall.theta, tall.batch_inputs)
+    if not frontier:
+        raise ValueError("the parameters are not affine in θ and read no row-free value of θ")
+    phi = RowFreeParameters(tall.theta, tall.ndim, frontier)
+    phi.value(tall.initial_theta)  # the pieces' shapes
+    raw_phi = pytensor.graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
+    fn = pytensor.function([*phi.inputs, *tall.batch_inputs], raw_phi, mode=PYTHON_LINKER,
+                           on_unused_input="ignore")
+    links = _affine_links(tall, lambda flat, batch: fn(*phi.split(flat), *batch), phi.size, candidates)
+    return phi, links
 
 
 def _strip_link(param):
@@ -334,15 +401,16 @@ def _strip_link(param):
     return param, list(LINKS), False
 
 
-def _affine_links(tall, fn, candidates, n_random=2):
-    """The first link of each candidate (its graph's values from ``fn``) under which it is affine
-    in θ (checked at ``n_random`` random θ on a few rows), or a ValueError.
+def _affine_links(tall, evaluate, d, candidates, n_random=2):
+    """The first link of each candidate (its graph's values from ``evaluate(point, batch)``) under
+    which it is affine in the point (θ, or φ of :mod:`~pymc_subsample.model.row_free`; of length
+    ``d``), checked at ``n_random`` random points on a few rows; or a ValueError.
     """
     rng = np.random.default_rng(0)
     batch = tall.gather(rng.choice(tall.n_rows, size=min(_CHECK_ROWS, tall.n_rows), replace=False))
-    d = tall.ndim
     thetas = np.vstack([np.zeros(d), np.eye(d), rng.normal(scale=2.0, size=(n_random, d))])
-    values = [[np.asarray(v, dtype=float) for v in fn(t.astype(tall.theta.dtype), *batch)] for t in thetas]
+    values = [[np.asarray(v, dtype=float) for v in evaluate(t.astype(tall.theta.dtype), batch)]
+              for t in thetas]
     links = []
     for j, (_, names, written) in enumerate(candidates):
         for name in names:

@@ -317,7 +317,8 @@ class TallModel:
     def regression_view(self):
         """The model as a distributional regression
         (:class:`~pymc_subsample.model.distributional.DistributionalRegression`: univariate rows whose
-        parameters are affine in θ through a link, e.g. GLMs, a Normal or StudentT with unknown
+        parameters are affine in θ, or in a row-free φ(θ), through a link, e.g. GLMs, a non-centred
+        hierarchical ``a[g]``, a Normal or StudentT with unknown
         scale, a NegativeBinomial) when its f gives the model's own rows (checked numerically);
         else None.
 

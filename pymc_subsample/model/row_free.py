@@ -1,0 +1,134 @@
+"""φ(θ): the few row-free values that the rows' parameters are affine in.
+
+A non-centred hierarchical model writes a group effect as ``a = μ + τ z`` and each row's parameter
+as ``a[g_k] + x_k β``: not affine in θ = (μ, log τ, z, β), but affine in φ = (a, β), a small
+deterministic function of θ that reads no row. :func:`row_free_frontier` finds such values in any
+graph of the rows: the values computed from θ alone that enter a computation over the rows.
+Taken as inputs, they turn the rows' graph into a function of (φ, rows), which the distributional
+regression (:mod:`pymc_subsample.model.distributional`) then checks for affinity in φ.
+
+Only φ's value, its Jacobian Dφ (r × d) and contracted Hessians Σ_i c_i ∇²φ_i (d × d) are needed, at
+a few θ during set-up; they read no row, so their graphs are small and compiled with PyTensor's
+Python linker (no C module on a first run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.traversal import toposort
+
+from pymc_subsample.model.compile import PYTHON_LINKER, compile_function
+
+__all__ = ["RowFreeParameters", "row_free_frontier"]
+
+
+def row_free_frontier(graphs, theta, row_inputs) -> list:
+    """The variables of ``graphs`` that depend on ``theta`` and on no variable of ``row_inputs``
+    and are inputs of a computation that does (e.g. ``a`` in ``a[g] + x·β``), in graph order.
+    """
+    rows = set(row_inputs)
+    depends = {}  # variable → (depends on θ, depends on a row input)
+
+    def of(var):
+        if var not in depends:
+            depends[var] = (var is theta, var in rows)
+        return depends[var]
+
+    frontier = []
+    for node in toposort(graphs):
+        on_theta = any(of(v)[0] for v in node.inputs)
+        on_rows = any(of(v)[1] for v in node.inputs)
+        for out in node.outputs:
+            depends[out] = (on_theta, on_rows)
+        if on_rows:
+            frontier.extend(v for v in node.inputs if of(v) == (True, False) and v not in frontier)
+    return frontier
+
+
+class RowFreeParameters:
+    """φ(θ) ∈ R^r, the concatenation of the flattened ``graphs`` (row-free graphs in ``theta``).
+
+    Parameters
+    ----------
+    theta : TensorVariable
+        The raveled free variables.
+    ndim : int
+        d, the length of θ.
+    graphs : list of TensorVariable
+        φ's pieces as graphs in θ (:func:`row_free_frontier`).
+
+    Attributes
+    ----------
+    inputs : list of TensorVariable
+        One fresh variable of each piece's type, to stand for it in the rows' graph.
+    """
+
+    def __init__(self, theta, ndim, graphs):
+        self.theta, self.ndim = theta, ndim
+        self.graphs = list(graphs)
+        self.inputs = [g.type(name=f"phi_{i}") for i, g in enumerate(self.graphs)]
+        self._flat = pt.concatenate([pt.cast(g, "float64").ravel() for g in self.graphs])
+        self._value_fn = self._jacobian_fn = self._hessian_fn = None
+        self._shapes = None
+        self._sum_fn = None
+
+    def _theta_arg(self, theta):
+        return np.asarray(theta, dtype=self.theta.dtype)
+
+    def value(self, theta) -> np.ndarray:
+        """φ(θ), shape (r,)."""
+        if self._value_fn is None:
+            self._value_fn = pytensor.function([self.theta], [self._flat, *self.graphs], mode=PYTHON_LINKER)
+        flat, *pieces = self._value_fn(self._theta_arg(theta))
+        self._shapes = [np.shape(p) for p in pieces]
+        return np.asarray(flat, dtype=float)
+
+    @property
+    def size(self) -> int:
+        if self._shapes is None:
+            raise RuntimeError("RowFreeParameters.value must be called once before its size is known.")
+        return int(sum(int(np.prod(s)) for s in self._shapes))
+
+    def split(self, flat) -> list:
+        """The pieces of a flat φ (r,), each in its graph's shape and dtype, as inputs of η(φ)."""
+        out, start = [], 0
+        for var, shape in zip(self.inputs, self._shapes, strict=True):
+            stop = start + int(np.prod(shape))
+            out.append(np.asarray(flat[start:stop], dtype=var.dtype).reshape(shape))
+            start = stop
+        return out
+
+    def jacobian(self, theta) -> np.ndarray:
+        """Dφ(θ), shape (r, d): one reverse pass per entry of φ, r small graphs (no scan)."""
+        if self._jacobian_fn is None:
+            rows = [pytensor.grad(self._flat[i], self.theta) for i in range(self.size)]
+            self._jacobian_fn = pytensor.function([self.theta], pt.stack(rows), mode=PYTHON_LINKER)
+        return np.asarray(self._jacobian_fn(self._theta_arg(theta)), dtype=float)
+
+    def contracted_hessian(self, theta, weights) -> np.ndarray:
+        """Σ_i c_i ∇²φ_i(θ), shape (d, d), for weights c (r,): the Jacobian of Dφᵀc."""
+        if self._hessian_fn is None:
+            c = pt.vector("phi_weights", dtype="float64")
+            vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
+            rows = [pytensor.grad(vjp[j], self.theta) for j in range(self.ndim)]
+            self._hessian_fn = pytensor.function([self.theta, c], pt.stack(rows), mode=PYTHON_LINKER)
+        return np.asarray(self._hessian_fn(self._theta_arg(theta), np.asarray(weights, dtype=float)), dtype=float)
+
+    def quadratic(self, theta, center_phi, linear, quadratic, order):
+        """s + Aᵀ Δφ + ½ Δφᵀ B Δφ (truncated at ``order``) with Δφ = φ(θ) − φ*, and its gradient in θ,
+        from one compiled call; ``s`` is left to the caller (it is a constant).
+        """
+        if self._sum_fn is None:
+            phi0, a = pt.vector("phi_center", dtype="float64"), pt.vector("linear", dtype="float64")
+            b = pt.matrix("quadratic", dtype="float64")
+            delta = self._flat - phi0
+            value = pt.dot(a, delta) + 0.5 * pt.dot(delta, pt.dot(b, delta))
+            self._sum_fn = compile_function([self.theta, phi0, a, b], [value, pytensor.grad(value, self.theta)])
+        if order == 0:
+            return 0.0, np.zeros(np.shape(theta))
+        if order == 1:
+            quadratic = np.zeros_like(quadratic)
+        value, grad = self._sum_fn(self._theta_arg(theta), center_phi, linear, quadratic)
+        return float(value), np.asarray(grad, dtype=float)
