@@ -68,7 +68,8 @@ def test_proxy_equals_the_model_at_the_center_to_second_order(noncentred):
     rows, grads = tall.loglik_rows_and_grads(target.center, batch)
     assert total == pytest.approx(rows.sum(), rel=1e-12)
     np.testing.assert_allclose(grad, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(hess, tall.rows_hessians(target.center, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
+    hessians = tall.rows_hessians(target.center, batch)
+    np.testing.assert_allclose(hess, hessians.sum(axis=0), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(proxy.hess_sum, generic.proxy.hess_sum, rtol=1e-9, atol=1e-8)
     np.testing.assert_allclose(proxy.grad_sum, generic.proxy.grad_sum, rtol=1e-9, atol=1e-8)
     # along v, q in η matches ℓ to second order: the difference shrinks as |v|³

@@ -133,7 +133,8 @@ class RowFreeTaylorProxy(TaylorProxy):
         self.phi_center = phi.value(self.center)
         dphi = phi.jacobian(self.center)
         self.grad_sum = dphi.T @ self.phi_grad_sum
-        self.hess_sum = dphi.T @ self.phi_hess_sum @ dphi + phi.contracted_hessian(self.center, self.phi_grad_sum)
+        curvature_of_phi = phi.contracted_hessian(self.center, self.phi_grad_sum)
+        self.hess_sum = dphi.T @ self.phi_hess_sum @ dphi + curvature_of_phi
 
     def sum_value_and_grad(self, theta):
         """Σ_k q_k(θ) and its gradient Dφ(θ)ᵀ(A + B Δφ), one small compiled call (no rows)."""

@@ -358,7 +358,8 @@ def distributional_regression(tall) -> DistributionalRegression:
              for (op, params, _), y in zip(terms, graphs[n_free + n_const:])]
     # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
     # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
-    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=PYTHON_LINKER, on_unused_input="ignore")
+    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=PYTHON_LINKER,
+                           on_unused_input="ignore")
     phi = None
     try:
         links = _affine_links(tall, lambda theta, batch: fn(theta, *batch), tall.ndim, candidates)
@@ -366,7 +367,8 @@ def distributional_regression(tall) -> DistributionalRegression:
         phi, links = _affine_in_row_free(tall, raw, candidates)
     forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
-    return DistributionalRegression(tall, terms, eta_rows, links, raw, [forward[1] for forward in forwards], phi)
+    to_eta = [forward[1] for forward in forwards]
+    return DistributionalRegression(tall, terms, eta_rows, links, raw, to_eta, phi)
 
 
 def _affine_in_row_free(tall, raw, candidates):

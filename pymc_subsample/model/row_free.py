@@ -114,18 +114,20 @@ class RowFreeParameters:
             vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
             rows = [pytensor.grad(vjp[j], self.theta) for j in range(self.ndim)]
             self._hessian_fn = pytensor.function([self.theta, c], pt.stack(rows), mode=PYTHON_LINKER)
-        return np.asarray(self._hessian_fn(self._theta_arg(theta), np.asarray(weights, dtype=float)), dtype=float)
+        weights = np.asarray(weights, dtype=float)
+        return np.asarray(self._hessian_fn(self._theta_arg(theta), weights), dtype=float)
 
     def quadratic(self, theta, center_phi, linear, quadratic, order):
-        """s + Aᵀ Δφ + ½ Δφᵀ B Δφ (truncated at ``order``) with Δφ = φ(θ) − φ*, and its gradient in θ,
-        from one compiled call; ``s`` is left to the caller (it is a constant).
+        """Aᵀ Δφ + ½ Δφᵀ B Δφ (truncated at ``order``) with Δφ = φ(θ) − φ*, and its gradient in θ,
+        from one compiled call (Σ_k f_k*, a constant, is left to the caller).
         """
         if self._sum_fn is None:
             phi0, a = pt.vector("phi_center", dtype="float64"), pt.vector("linear", dtype="float64")
             b = pt.matrix("quadratic", dtype="float64")
             delta = self._flat - phi0
             value = pt.dot(a, delta) + 0.5 * pt.dot(delta, pt.dot(b, delta))
-            self._sum_fn = compile_function([self.theta, phi0, a, b], [value, pytensor.grad(value, self.theta)])
+            outputs = [value, pytensor.grad(value, self.theta)]
+            self._sum_fn = compile_function([self.theta, phi0, a, b], outputs)
         if order == 0:
             return 0.0, np.zeros(np.shape(theta))
         if order == 1:
