@@ -63,6 +63,7 @@ class SubsampledTarget:
         self._functions = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
+        self._sum_q_in_graph = False  # whether the compiled functions hold Σq (proxy.sum_graph)
 
     @property
     def glm(self):
@@ -132,6 +133,20 @@ class SubsampledTarget:
         self._batch_terms = (batch, terms)
         return terms
 
+    def _prior_and_sum_q(self):
+        """Log p(θ), plus Σ_k q_k(θ) where the proxy gives it as a graph (:meth:`_add_sum_q`)."""
+        sum_q = self.proxy.sum_graph()
+        self._sum_q_in_graph = sum_q is not None
+        return self.tall.prior_graph if sum_q is None else self.tall.prior_graph + sum_q
+
+    def _add_sum_q(self, theta, value, grad):
+        """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them."""
+        value = float(value)
+        if not self._sum_q_in_graph:
+            sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
+            return value + sum_q, grad + sum_q_grad
+        return value, grad
+
     # --------------------------------------------------------------- functions
     def differences(self, theta, batch):
         """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
@@ -148,12 +163,12 @@ class SubsampledTarget:
         def build():
             at_center, d = self._differences_graph()
             total, sigma2 = difference_parts(d, self.n_rows)
-            value = self.tall.prior_graph + total - 0.5 * sigma2
+            value = self._prior_and_sum_q() + total - 0.5 * sigma2
             return self._inputs(at_center), [value, pytensor.grad(value, self.tall.theta), sigma2]
 
         value, grad, sigma2 = self._compile("perturbed", build)(*self._args(theta, batch))
-        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
-        return float(value) + sum_q, grad + sum_q_grad, float(sigma2)
+        value, grad = self._add_sum_q(theta, value, grad)
+        return value, grad, float(sigma2)
 
     def difference_gradient(self, theta, batch):
         """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
@@ -161,10 +176,10 @@ class SubsampledTarget:
         def build():
             at_center, d = self._differences_graph()
             total, _ = difference_parts(d, self.n_rows)
-            return self._inputs(at_center), pytensor.grad(self.tall.prior_graph + total, self.tall.theta)
+            return self._inputs(at_center), pytensor.grad(self._prior_and_sum_q() + total, self.tall.theta)
 
         grad = self._compile("difference_grad", build)(*self._args(theta, batch))
-        return grad + self.proxy.sum_value_and_grad(theta)[1]
+        return self._add_sum_q(theta, 0.0, grad)[1]
 
     def difference_jacobian(self, theta, batch):
         """Per-row ∇d_i(θ) = ∇ℓ_i(θ) − ∇q_i(θ), shape (m, d), for SG methods that keep the terms.
@@ -197,7 +212,7 @@ class SubsampledTarget:
             m = pt.lscalar("batch_size")
             a_, lam_ = pt.dscalar("a"), pt.dscalar("lam")
             d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
-            value = self.tall.prior_graph + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
+            value = self._prior_and_sum_q() + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
             grad = pytensor.grad(value, self.tall.theta)
             return self._inputs(at_center, m, a_, lam_), [value, grad, d]
 
@@ -206,8 +221,8 @@ class SubsampledTarget:
                    np.asarray(lam, dtype=float))
         args = self._args(theta, batch, *scalars)
         value, grad, d = fn(*args)
-        sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
-        return float(value) + sum_q, grad + sum_q_grad, d
+        value, grad = self._add_sum_q(theta, value, grad)
+        return value, grad, d
 
     # ------------------------------------------------------------------ set-up
     def laplace_precision(self) -> np.ndarray:

@@ -263,26 +263,31 @@ class DistributionalRegression:
         """
         terms = self.row_terms(theta, batch)
         total, first, curvature = _summed_terms(terms, self.n_eta)
+        if self.phi is not None:
+            # the gradient too from J in φ: no reverse pass through η to compile on a first run
+            total, a, b = self.phi_sums(theta, batch, terms, hessian=hessian)
+            dphi = self.phi.jacobian(theta)
+            if not hessian:
+                return total, dphi.T @ a
+            return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         if not hessian:
             return total, self.eta_vjp(first, batch, theta)
-        if self.phi is not None:
-            total, a, b = self.phi_sums(theta, batch, terms)
-            dphi = self.phi.jacobian(theta)
-            return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         _, jac = self.eta_offset_and_jacobian(batch)
         grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
         return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
 
-    def phi_sums(self, theta, batch, terms=None):
+    def phi_sums(self, theta, batch, terms=None, hessian=True):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
         the sums of the Taylor proxies in η of a model affine in φ(θ)
-        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
+        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); B is None without
+        ``hessian``.
         """
         terms = self.row_terms(theta, batch) if terms is None else terms
         total, first, curvature = _summed_terms(terms, self.n_eta)
         _, jac = self.phi_offset_and_jacobian(batch)
         a = np.einsum("kj,kjr->r", np.column_stack(first), jac)
-        return total, a, np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True)
+        b = np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True) if hessian else None
+        return total, a, b
 
     def eta_vjp(self, cotangents, batch, theta) -> np.ndarray:
         """Σ_k (∂η_k/∂θ)ᵀ c_k at θ for per-row cotangents ``cotangents`` (p arrays (m,)): reverse mode

@@ -8,8 +8,11 @@ Taken as inputs, they turn the rows' graph into a function of (φ, rows), which 
 regression (:mod:`pymc_subsample.model.distributional`) then checks for affinity in φ.
 
 Only φ's value, its Jacobian Dφ (r × d) and contracted Hessians Σ_i c_i ∇²φ_i (d × d) are needed, at
-a few θ during set-up; they read no row, so their graphs are small and compiled with PyTensor's
-Python linker (no C module on a first run).
+a few θ during set-up; they read no row, so both come from one small function, Dφ(θ)ᵀc, on
+PyTensor's Python linker (no C module on a first run): r calls give Dφ exactly, 2d calls give the
+contracted Hessian by central differences (:func:`~pymc_subsample.model.differences.central_hessian`,
+as for the prior; relative error ~1e-10). Separate
+graphs for the r rows of Dφ and the d rows of the Hessian took 1 s of a first run to rewrite.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.graph.traversal import toposort
 
 from pymc_subsample.model.compile import PYTHON_LINKER, compile_function
+from pymc_subsample.model.differences import central_hessian
 
 __all__ = ["RowFreeParameters", "row_free_frontier"]
 
@@ -70,7 +74,7 @@ class RowFreeParameters:
         self.graphs = list(graphs)
         self.inputs = [g.type(name=f"phi_{i}") for i, g in enumerate(self.graphs)]
         self._flat = pt.concatenate([pt.cast(g, "float64").ravel() for g in self.graphs])
-        self._value_fn = self._jacobian_fn = self._hessian_fn = None
+        self._value_fn = self._vjp_fn = None
         self._shapes = None
         self._sum_fn = None
 
@@ -100,36 +104,45 @@ class RowFreeParameters:
             start = stop
         return out
 
-    def jacobian(self, theta) -> np.ndarray:
-        """Dφ(θ), shape (r, d): one reverse pass per entry of φ, r small graphs (no scan)."""
-        if self._jacobian_fn is None:
-            rows = [pytensor.grad(self._flat[i], self.theta) for i in range(self.size)]
-            self._jacobian_fn = pytensor.function([self.theta], pt.stack(rows), mode=PYTHON_LINKER)
-        return np.asarray(self._jacobian_fn(self._theta_arg(theta)), dtype=float)
-
-    def contracted_hessian(self, theta, weights) -> np.ndarray:
-        """Σ_i c_i ∇²φ_i(θ), shape (d, d), for weights c (r,): the Jacobian of Dφᵀc."""
-        if self._hessian_fn is None:
+    def vjp(self, theta, weights) -> np.ndarray:
+        """Dφ(θ)ᵀc for weights c (r,), shape (d,): one reverse pass through φ's graph."""
+        if self._vjp_fn is None:
             c = pt.vector("phi_weights", dtype="float64")
             vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
-            rows = [pytensor.grad(vjp[j], self.theta) for j in range(self.ndim)]
-            self._hessian_fn = pytensor.function([self.theta, c], pt.stack(rows), mode=PYTHON_LINKER)
+            self._vjp_fn = pytensor.function([self.theta, c], vjp, mode=PYTHON_LINKER)
         weights = np.asarray(weights, dtype=float)
-        return np.asarray(self._hessian_fn(self._theta_arg(theta), weights), dtype=float)
+        return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
+
+    def jacobian(self, theta) -> np.ndarray:
+        """Dφ(θ), shape (r, d): :meth:`vjp` along each unit vector, exact."""
+        return np.stack([self.vjp(theta, e) for e in np.eye(self.size)])
+
+    def contracted_hessian(self, theta, weights) -> np.ndarray:
+        """Σ_i c_i ∇²φ_i(θ), shape (d, d), for weights c (r,): central differences of the exact
+        Dφᵀc with h = 1e-5·max(1, |θ_j|), symmetrised.
+        """
+        return central_hessian(lambda t: self.vjp(t, weights), np.asarray(theta, dtype=float))
+
+    def quadratic_graph(self, center_phi, linear, quadratic, order):
+        """Aᵀ Δφ + ½ Δφᵀ B Δφ, truncated at ``order``, with Δφ = φ(θ) − φ*: a graph in θ (the arguments
+        are arrays or symbolic tensors).
+        """
+        delta = self._flat - center_phi
+        value = pt.dot(linear, delta) if order >= 1 else pt.zeros(())
+        if order == 2:
+            value = value + 0.5 * pt.dot(delta, pt.dot(quadratic, delta))
+        return value
 
     def quadratic(self, theta, center_phi, linear, quadratic, order):
-        """Aᵀ Δφ + ½ Δφᵀ B Δφ (truncated at ``order``) with Δφ = φ(θ) − φ*, and its gradient in θ,
-        from one compiled call (Σ_k f_k*, a constant, is left to the caller).
-        """
+        """:meth:`quadratic_graph` and its gradient in θ at ``theta``, from one compiled call."""
+        if order == 0:
+            return 0.0, np.zeros(np.shape(theta))
         if self._sum_fn is None:
             phi0, a = pt.vector("phi_center", dtype="float64"), pt.vector("linear", dtype="float64")
             b = pt.matrix("quadratic", dtype="float64")
-            delta = self._flat - phi0
-            value = pt.dot(a, delta) + 0.5 * pt.dot(delta, pt.dot(b, delta))
+            value = self.quadratic_graph(phi0, a, b, 2)
             outputs = [value, pytensor.grad(value, self.theta)]
             self._sum_fn = compile_function([self.theta, phi0, a, b], outputs)
-        if order == 0:
-            return 0.0, np.zeros(np.shape(theta))
         if order == 1:
             quadratic = np.zeros_like(quadratic)
         value, grad = self._sum_fn(self._theta_arg(theta), center_phi, linear, quadratic)

@@ -15,13 +15,13 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.pytensorf import join_nonshared_inputs
-from pytensor.compile.mode import Mode
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import applys_between
 from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_subsample.model.compile import compile_function
+from pymc_subsample.model.compile import PYTHON_LINKER, compile_function
+from pymc_subsample.model.differences import central_hessian
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
@@ -133,11 +133,17 @@ class TallModel:
         m = self.batch_inputs[0].shape[0] if self.batch_inputs else pt.constant(1)
         return substitute_rows(outputs, self.leaves, self.batch_inputs, self._size_constants, m)
 
-    def _compile(self, key, build):
-        """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily."""
+    def _compile(self, key, build, python=False):
+        """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily. ``python``:
+        on PyTensor's Python linker, for functions called a few times at set-up (no C module).
+        """
         if key not in self._functions:
             inputs, outputs = build()
-            self._functions[key] = compile_function(inputs, outputs)
+            if python:
+                function = pytensor.function(inputs, outputs, mode=PYTHON_LINKER, on_unused_input="ignore")
+            else:
+                function = compile_function(inputs, outputs)
+            self._functions[key] = function
         return self._functions[key]
 
     # --------------------------------------------------------------- functions
@@ -146,17 +152,22 @@ class TallModel:
 
         By default from a small function of its own (about 7 µs a call), for samplers that call
         it every iteration. ``setup=True`` takes them from the set-up function instead, which
-        set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call (a
-        distributional regression, whose set-up sums come from η, has no set-up function).
+        set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call. A
+        distributional regression, whose set-up sums come from η, has no set-up function: there the
+        set-up's ~100-200 calls (the centre's optimiser, the prior Hessian's differences) go to the
+        same graph on PyTensor's Python linker, ~0.1 ms a call against 2 s of a first run's C
+        compilation of its fused kernels (measured on the non-centred hierarchical model).
         """
+        outputs = lambda: [self.prior_graph, pytensor.grad(self.prior_graph, self.theta)]  # noqa: E731
         if setup and not self._uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
             return prior, prior_grad
-        fn = self._compile(
-            "prior", lambda: ([self.theta], [self.prior_graph, pytensor.grad(self.prior_graph, self.theta)])
-        )
+        if setup:
+            fn = self._compile("prior_setup", lambda: ([self.theta], outputs()), python=True)
+        else:
+            fn = self._compile("prior", lambda: ([self.theta], outputs()))
         return tuple(fn(_as_theta(theta, self.theta.dtype)))
 
     def prior_hessian(self, theta):
@@ -167,15 +178,8 @@ class TallModel:
         for a d×d matrix used twice at set-up (Newton step, Laplace precision). The step
         h = 1e-5·max(1, |θ_j|) leaves a relative error of about 1e-10 on smooth priors.
         """
-        theta = _as_theta(theta, self.theta.dtype)
-        hess = np.empty((self.ndim, self.ndim))
-        for j in range(self.ndim):
-            h = 1e-5 * max(1.0, abs(float(theta[j])))
-            step = np.zeros_like(theta)
-            step[j] = h
-            hess[:, j] = (self.prior_value_and_grad(theta + step, setup=True)[1]
-                          - self.prior_value_and_grad(theta - step, setup=True)[1]) / (2 * h)
-        return 0.5 * (hess + hess.T)
+        return central_hessian(lambda t: self.prior_value_and_grad(t, setup=True)[1],
+                               _as_theta(theta, self.theta.dtype))
 
     def loglik_rows(self, theta, batch):
         """Per-row log-likelihoods ℓ_k(theta) for the rows in ``batch``, shape (m,)."""
@@ -305,12 +309,16 @@ class TallModel:
         return self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
 
     def model_loglik_sum(self, theta, batch) -> float:
-        """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks): with the
-        value-only rows function where the set-up sums will come from η, else with the set-up
-        function, so that a first run compiles only what its set-up needs anyway.
+        """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks on a few rows):
+        where the set-up sums will come from η, with the rows' graph on PyTensor's Python linker
+        (no C module: the C version cost a first run 2.4 s on the non-centred hierarchical model,
+        and these checks call it ~20 times on ≤ 16 rows); else with the set-up function, so that a
+        first run compiles only what its set-up needs anyway.
         """
         if self._eta_candidate() and self._eta_sums is not False:
-            return float(np.sum(self.loglik_rows(theta, batch)))
+            fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
+                               python=True)
+            return float(np.sum(fn(_as_theta(theta, self.theta.dtype), *batch)))
         return float(self._setup_terms(theta, self._no_directions(), batch)[2])
 
     @property
@@ -465,7 +473,7 @@ def observation_axis_length(model) -> int:
             shape = value.type.shape
         else:
             # PyTensor's Python linker: no C module compiled (pm.draw here cost 1.8 s of a first run)
-            shape = pytensor.function([], value.shape, mode=Mode(linker="py", optimizer="fast_compile"))()
+            shape = pytensor.function([], value.shape, mode=PYTHON_LINKER)()
         if len(shape) == 0:
             raise ValueError(
                 f"Observed variable {rv.name!r} is a scalar: it reduces over the rows. Give the "
