@@ -163,7 +163,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
         self.collapsed = collapse_bound(self.glm, self.bound, self.proxy.center, **chunk)
         self.potential = FireflyPotential(self.glm.family, self.tall.prior_value_and_grad, self.collapsed,
                                           self.tall.theta.dtype)
-        self.inner = self._make_inner(inner, precision, trajectory_length, target_accept, kwargs)
+        self.inner = self._make_inner(inner, "laplace", precision, trajectory_length, target_accept, kwargs)
         self.bright = BrightRows.empty(self.tall.ndim)
         self.started = False
         self.bound_warned = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pymc as pm
+from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 
 __all__ = ["INNER_HMC_STATS", "INNER_STAT_NAMES", "InnerHMC"]
 
@@ -41,13 +42,19 @@ INNER_STAT_NAMES = {
 class InnerHMC:
     """Mixin for a :class:`SubsampleStep` whose ``self.inner`` is PyMC's NUTS/HMC on ``self.potential``."""
 
-    def _make_inner(self, inner, precision, trajectory_length, target_accept, kwargs):
+    def _make_inner(self, inner, mass_matrix, precision, trajectory_length, target_accept, kwargs):
         """PyMC's NUTS (or HMC with ``trajectory_length``, default 1.2) on ``self.potential``.
 
-        ``precision`` (or None for PyMC's default) is the mass matrix given as a precision.
+        ``mass_matrix``: ``"laplace"`` (``precision``, fixed), ``"laplace_adapt"`` (PyMC's dense
+        adaptation started from its inverse, with the weight of 10 draws, PyMC's own default), or
+        ``"adapt"`` (PyMC's default diagonal adaptation).
         """
         kwargs = dict(kwargs)
-        if precision is not None:
+        if mass_matrix == "laplace_adapt":
+            cov = np.linalg.inv(precision)
+            kwargs["potential"] = QuadPotentialFullAdapt(
+                self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10, rng=self.rng.spawn(1)[0])
+        elif mass_matrix == "laplace":
             # Given as the covariance M⁻¹, not as the precision M (is_cov=False): the same kinetic
             # energy and momentum law, but PyMC then computes each velocity M⁻¹p as one dense
             # mat-vec instead of a SciPy cho_solve with finiteness checks, 36 µs a call at d = 30
