@@ -78,7 +78,8 @@ class RunMonitor:
     def record(self, theta, stats: dict):
         self.thetas.append(np.array(theta, dtype=float))
         for key, value in stats.items():
-            if np.ndim(value) == 0 and isinstance(value, (int, float, bool, np.number, np.bool_)):
+            # scalars only (a NumPy scalar is 0-d; arrays are not np.number): no np.ndim per stat
+            if isinstance(value, (int, float, bool, np.number, np.bool_)):
                 self.stats.setdefault(key, []).append(float(value))
         if len(self.thetas) >= self.next_check:
             self.next_check *= 2

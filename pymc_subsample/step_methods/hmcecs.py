@@ -311,7 +311,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         # 2. θ | u: PyMC's NUTS/HMC on the subsampled Hamiltonian (eqs. 3.6-3.7)
         self.potential.subsample = self.subsample
         before_inner = self.potential.n_rows_evaluated
-        self.potential.record_trajectory()
+        self.potential.record_trajectory(theta, self.current)
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before_inner
         loglik_var = self.current.loglik_var  # σ̂² at θ^(j-1) with the accepted u^(j)
