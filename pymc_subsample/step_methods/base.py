@@ -60,8 +60,9 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     center : dict, array or None
         θ* of the control variates: a point (dict of value variables), a flat
         unconstrained vector, or None for the default centre: the MAP of a random 20,000-row
-        subset refined by one exact full-data Newton step (full-data L-BFGS when N ≤ 40,000 or
-        when that step does not improve the log posterior), see ``find_center``.
+        subset refined by Newton steps with the full-data gradient and the subset's scaled Hessian
+        to within 0.05 posterior sds of the mode (full-data L-BFGS when N ≤ 40,000, an exact
+        Newton step or L-BFGS when those steps fail), see ``find_center``.
     proxy_order : {0, 1, 2}
     chunk_size : int
         Rows per chunk of the full-data passes at set-up.

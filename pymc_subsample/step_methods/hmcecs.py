@@ -114,8 +114,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         Order of the Taylor control variates (eq. 4.4).
     center : dict, array or None
         θ*; None: the default centre of :class:`~pymc_subsample.step_methods.base.SubsampleStep`
-        (the MAP of a random 20,000-row subset refined by one exact full-data Newton step, or
-        full-data L-BFGS when N ≤ 40,000), not ``pms.find_map``.
+        (the MAP of a random 20,000-row subset refined by full-data Newton steps, or full-data
+        L-BFGS when N ≤ 40,000), not ``pms.find_map``.
     inner : {"nuts", "hmc"}
         PyMC's NUTS, or HMC with a fixed ``trajectory_length`` (default 1.2 on the
         Laplace-whitened scale, §6.3) and jittered step size.

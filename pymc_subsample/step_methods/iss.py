@@ -135,7 +135,7 @@ class ISS(ProgressBarMixin, ArrayStepShared):
     center : dict, array or None
         θ*, the full-data centre: a point, a flat unconstrained vector, or None for the
         default of every step method (``resolve_center``: MAP of a 20,000-row subset and
-        one full-data Newton step). With the Laplace precision P at θ* (one chunked pass)
+        full-data Newton steps). With the Laplace precision P at θ* (one chunked pass)
         it gives the θ proposal's shape P⁻¹, the "map" summary's S(Y) and its
         standardisation, and the reference of the post-warm-up Laplace checks.
     init_at_center : bool, default True
