@@ -90,9 +90,10 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     each; the subset's Hessian costs one chunk) bring it within :data:`CENTER_TOLERANCE` posterior
     sds, where full-data L-BFGS would need 15-25 passes: each step shrinks the distance by about
     the subset Hessian's relative error (measured at N = 10⁶, d = 30: one step left the centre
-    0.8 sds from the mode, the steps to the tolerance 0.004 sds). An exact Newton step (the chunked full-data Hessian, a pass of
-    Jacobians that costs as much as the proxy's own) took 0.7 s of that 2.2 s set-up. If the steps
-    do not improve the log posterior, an exact Newton step, then full-data L-BFGS, take over.
+    0.8 sds from the mode, the steps to the tolerance 0.004 sds). An exact Newton step (the
+    chunked full-data Hessian, a pass of Jacobians that costs as much as the proxy's own) took
+    0.7 s of that 2.2 s set-up. If the steps do not improve the log posterior, an exact Newton
+    step, then full-data L-BFGS, take over.
     """
     if tall.n_rows <= 2 * warm_rows:
         theta, _ = find_map_theta(tall, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
