@@ -14,7 +14,8 @@ and second directional derivatives of ℓ_batch at θ* along v = θ − θ* (for
 O(m)); the gradient is reverse mode through the estimator's own formula, which
 computes ∇Σq + VJP_θ(ℓ_batch, w) − VJP_θ*(ℓ_batch, w) − HVP_θ*(w·ℓ_batch, v) with
 w = ∂value/∂d. No per-row gradient, no ``vectorize_graph``, no ``Blockwise``.
-Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside.
+Σq(θ) and its gradient are O(d²) in NumPy from the proxy's sums and added outside (a proxy in η
+of rows affine in a row-free φ(θ) gives Σq as a small graph in θ, compiled into the same function).
 For a GLM or any distributional regression (ℓ_k = f(y_k, η_k), η ∈ R^p affine in θ, or in a
 row-free φ(θ) with the proxy taken in η: ``RowFreeTaylorProxy``) the same d is
 written in η instead (:mod:`~pymc_subsample.estimators.glm_differences`): no forward mode, and
