@@ -73,9 +73,14 @@ class SubsampledTarget:
 
         ``glm="auto"`` (default) uses it whenever the model's rows are univariate distributions
         with parameters affine in θ (or a row-free φ(θ)) through a link and f matches the model's own rows
-        (``TallModel.regression_view``); ``glm=False`` forces the generic forward-mode graph.
+        (``TallModel.regression_view``); ``glm="affine"`` only where they are affine in θ itself
+        (a model affine in a non-linear φ keeps the generic graph and the proxy in θ);
+        ``glm=False`` forces the generic forward-mode graph.
         """
-        return self.tall.regression_view if self._glm_choice else None
+        view = self.tall.regression_view if self._glm_choice else None
+        if self._glm_choice == "affine" and view is not None and view.phi is not None:
+            return None
+        return view
 
     # ------------------------------------------------------------------ graphs
     def _differences_graph(self):

@@ -144,6 +144,7 @@ class HMCECS(InnerHMC, SubsampleStep):
 
     name = "hmcecs"
     _state_class = HMCECSState
+    row_free_proxy = True
     stats_dtypes_shapes = {
         **INNER_HMC_STATS,
         "subsample_accept": (np.float64, []),

@@ -238,7 +238,7 @@ class ISS(ProgressBarMixin, ArrayStepShared):
         self.scale = tall.n_rows / self.n  # the N/n power of the scaled sub-posterior
         # one target, as in every step method: θ* and the Laplace precision P at θ*
         self.target = SubsampledTarget(tall, resolve_center(tall, center, chunk_size), 2,
-                                       chunk_size=chunk_size)
+                                       chunk_size=chunk_size, glm="affine")  # SubsampleStep.row_free_proxy
         precision, self.laplace_ok = self._laplace_precision()
         self.laplace_sd = np.sqrt(np.clip(np.diag(np.linalg.pinv(precision)), 1e-300, None))
         self.summary = make_summary(summary, tall, chunk_size=chunk_size,
