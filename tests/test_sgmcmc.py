@@ -346,6 +346,28 @@ def test_divergence_is_rejected_and_warned(glm):
     assert np.all(np.isfinite(idata.posterior["beta"].values))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_non_finite_gradient_is_a_rejected_divergence_not_a_crash(glm):
+    """Found on a non-centred model: a chain far out gave a NaN gradient, which crashed the run in
+    the whitening's triangular solve before the divergence check saw it."""
+    model, mean, _ = glm
+    with model:
+        step = SGLD(step_size=0.01, preconditioner="laplace", center=mean)  # whitened, as the defaults
+        assert step.whitening.chol is not None
+        estimator = step.estimator
+
+        def nan_gradient(rng, theta, *args):
+            grad, terms, n_ev = estimator(rng, theta, *args)
+            return np.full_like(grad, np.nan), terms, n_ev
+
+        step.estimator = nan_gradient
+        step.estimator.uses_table = estimator.uses_table
+        with pytest.warns(UserWarning, match="diverged"):
+            idata = pm.sample(step=step, draws=20, tune=0, chains=1, random_seed=1, **SAMPLE)
+    assert idata.sample_stats.diverging.values.all()
+    assert np.all(np.isfinite(idata.posterior["beta"].values))
+
+
 # ---------------------------------------------------------------- bad input
 def test_bad_inputs(glm):
     model, mean, _ = glm

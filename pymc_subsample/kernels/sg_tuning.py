@@ -50,12 +50,18 @@ class Whitening:
     def to_z(self, theta):
         return theta if self.chol is None else self.chol.T @ (theta - self.center)
 
+    # check_finite=False: a non-finite gradient or position propagates to θ, where the step method
+    # rejects the move as a divergence and warns (it raised from SciPy here, losing the run)
     def to_theta(self, z):
-        return z if self.chol is None else self.center + solve_triangular(self.chol.T, z, lower=False)
+        if self.chol is None:
+            return z
+        return self.center + solve_triangular(self.chol.T, z, lower=False, check_finite=False)
 
     def gradient(self, grad):
         """∇_z log π = C⁻¹ ∇_θ log π."""
-        return grad if self.chol is None else solve_triangular(self.chol, grad, lower=True)
+        if self.chol is None:
+            return grad
+        return solve_triangular(self.chol, grad, lower=True, check_finite=False)
 
     def covariance(self, cov):
         """Cov(∇_z) = C⁻¹ Cov(∇_θ) C⁻ᵀ."""
