@@ -67,14 +67,24 @@ def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
         _, dll, hll = chunked_sum(
             tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows, chunk_size=chunk_size
         )
-        grad = dlp + scale * dll
-        hess = tall.prior_hessian(theta) + scale * hll
-        try:
-            np.linalg.cholesky(-hess)
-        except np.linalg.LinAlgError:
+        step, _ = _newton_step(tall, theta, dlp + scale * dll, scale * hll)
+        if step is None:
             return theta  # not locally concave: keep the L-BFGS point
-        theta = theta - np.linalg.solve(hess, grad)
+        theta = theta - step
     return theta
+
+
+def _newton_step(tall, theta, grad, loglik_hessian):
+    """(H⁻¹g with H = ∇²log p(θ) + ``loglik_hessian``, the Newton decrement √(gᵀ(−H)⁻¹g)), or
+    (None, None) where H is not negative definite.
+    """
+    hess = tall.prior_hessian(theta) + loglik_hessian
+    try:
+        np.linalg.cholesky(-hess)
+    except np.linalg.LinAlgError:
+        return None, None
+    step = np.linalg.solve(hess, grad)
+    return step, np.sqrt(max(-grad @ step, 0.0))
 
 
 #: how far from the mode, in posterior sds (the Newton decrement), the default centre may be
@@ -128,14 +138,10 @@ def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
         best = value
         _, _, hll = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,
                                 chunk_size=chunk_size)
-        hess = tall.prior_hessian(theta) + (tall.n_rows / len(rows)) * hll
-        grad = dlp + dll
-        try:
-            np.linalg.cholesky(-hess)
-        except np.linalg.LinAlgError:
+        step, decrement = _newton_step(tall, theta, dlp + dll, (tall.n_rows / len(rows)) * hll)
+        if step is None:
             return None, start_value
-        step = np.linalg.solve(hess, grad)
-        if np.sqrt(max(-grad @ step, 0.0)) < CENTER_TOLERANCE:
+        if decrement < CENTER_TOLERANCE:
             return theta, start_value
         theta = theta - step
     return None, start_value

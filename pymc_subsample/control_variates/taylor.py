@@ -67,11 +67,13 @@ class TaylorProxy:
             grad += bv
         return float(value), grad
 
+    #: whether Σq is compiled into the estimator's function (:meth:`sum_graph`) rather than added
+    #: in NumPy (O(d²)) after each call
+    sum_in_graph = False
+
     def sum_graph(self):
-        """Σ_k q_k(θ) as a graph in θ for the estimator's own compiled function, or None: here it is
-        added in NumPy (O(d²)) after the call.
-        """
-        return None
+        """Σ_k q_k(θ) as a graph in θ, for proxies with :attr:`sum_in_graph`."""
+        raise NotImplementedError(f"{type(self).__name__} adds Σq in NumPy (sum_value_and_grad).")
 
     # ----------------------------------------------------------------- per row
     def rows_value(self, theta, batch):
@@ -148,32 +150,34 @@ class RowFreeTaylorProxy(TaylorProxy):
                                               self.order)
         return self.loglik_sum + value, grad
 
+    # φ's graph is small: compiled into the estimator's function, where a separate function cost a
+    # first run ~1.7 s of C compilation and each leapfrog step a call
+    sum_in_graph = True
+
     def sum_graph(self):
-        """Σ_k q_k(θ) as a graph in θ (φ's graph is small): compiled into the estimator's function,
-        where a separate function would cost a first run ~1.7 s of C compilation and each leapfrog
-        step a call.
-        """
+        """Σ_k q_k(θ) as a graph in θ."""
         quadratic = self.view.phi.quadratic_graph(self.phi_center, self.phi_grad_sum, self.phi_hess_sum,
                                                   self.order)
         return self.loglik_sum + quadratic
 
     def rows_value(self, theta, batch):
         """q_k(θ) (m,) from the rows' terms at θ* and η at θ."""
+        return self._rows(theta, batch)[0]
+
+    def _rows(self, theta, batch):
+        """(q_k (m,), the rows' terms at θ*, u = η(θ) − η(θ*) (m, p))."""
         terms = self.view.row_terms(self.center, batch)
         u = self.view.eta(theta, batch) - np.column_stack(terms.eta)
-        slope = sum(g * u[:, j] for j, g in enumerate(terms.first))
-        curvature = sum((1 if j == k else 2) * g * u[:, j] * u[:, k] for (j, k), g in terms.second.items())
-        return np.broadcast_to(truncate(self.order, terms.value, slope, curvature), u.shape[:1])
+        q = eta_taylor(self.order, terms, u.T)
+        return np.broadcast_to(q, u.shape[:1]), terms, u
 
     def rows_value_and_grad(self, theta, batch):
         """q_k(θ) (m,) and ∇q_k(θ) = Dφ(θ)ᵀ J_kᵀ (∇f_k* + F''_k* u_k) (m, d)."""
-        q = self.rows_value(theta, batch)
+        q, terms, u = self._rows(theta, batch)
         if self.order == 0:
             return q, np.zeros((q.shape[0], self.tall.ndim))
-        terms = self.view.row_terms(self.center, batch)
         cotangent = np.column_stack([np.broadcast_to(g, q.shape) for g in terms.first])
         if self.order == 2:
-            u = self.view.eta(theta, batch) - np.column_stack(terms.eta)
             for (j, k), g in terms.second.items():
                 cotangent[:, j] += g * u[:, k]
                 if j != k:
@@ -189,6 +193,19 @@ def make_proxy(tall, view, center, order=2, *, chunk_size=DEFAULT_CHUNK_SIZE):
     if view is not None and view.phi is not None:
         return RowFreeTaylorProxy(tall, view, center, order, chunk_size=chunk_size)
     return TaylorProxy(tall, center, order, chunk_size=chunk_size)
+
+
+def eta_taylor(order, at_center, u):
+    """The Taylor expansion of f in η at θ*, q_k = f_k* + Σ_j ∂_j f_k* u_kj + ½ Σ_jl ∂_jl f_k* u_kj u_kl,
+    truncated at ``order``, for ``at_center`` (:class:`~pymc_subsample.model.distributional.RowTerms`)
+    and u = [η_j(θ) − η_j(θ*)] (arrays or PyTensor tensors: the estimator's graph and the rows in
+    NumPy share it).
+    """
+    slope = sum(g * u[j] for j, g in enumerate(at_center.first)) if order >= 1 else None
+    # ∂_jk f u_j u_k over j ≤ k: the pairs j < k stand for both (j, k) and (k, j)
+    curvature = (sum((1 if j == k else 2) * g * u[j] * u[k] for (j, k), g in at_center.second.items())
+                 if order == 2 else None)
+    return truncate(order, at_center.value, slope, curvature)
 
 
 def truncate(order, at_center, slope, curvature):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytensor.tensor as pt
 
-from pymc_subsample.control_variates.taylor import truncate
+from pymc_subsample.control_variates.taylor import eta_taylor
 from pymc_subsample.model.distributional import RowTerms
 
 __all__ = ["glm_differences_graph"]
@@ -45,8 +45,4 @@ def glm_differences_graph(view, order, at_center):
     at_center = RowTerms.from_flat([pt.specify_shape(t, (rows,)) for t in at_center.flat()], view.n_eta,
                                    view.pairs)
     u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
-    slope = sum(g * u[j] for j, g in enumerate(at_center.first)) if order >= 1 else None
-    # ∂_jk f u_j u_k over j ≤ k: the pairs j < k stand for both (j, k) and (k, j)
-    curvature = (sum((1 if j == k else 2) * g * u[j] * u[k] for (j, k), g in at_center.second.items())
-                 if order == 2 else None)
-    return view.loglik_graph(etas) - truncate(order, at_center.value, slope, curvature)
+    return view.loglik_graph(etas) - eta_taylor(order, at_center, u)

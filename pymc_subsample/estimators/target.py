@@ -64,7 +64,6 @@ class SubsampledTarget:
         self._functions = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
-        self._sum_q_in_graph = False  # whether the compiled functions hold Σq (proxy.sum_graph)
 
     @property
     def glm(self):
@@ -140,15 +139,15 @@ class SubsampledTarget:
         return terms
 
     def _prior_and_sum_q(self):
-        """Log p(θ), plus Σ_k q_k(θ) where the proxy gives it as a graph (:meth:`_add_sum_q`)."""
-        sum_q = self.proxy.sum_graph()
-        self._sum_q_in_graph = sum_q is not None
-        return self.tall.prior_graph if sum_q is None else self.tall.prior_graph + sum_q
+        """Log p(θ), plus Σ_k q_k(θ) where the proxy is compiled into the graph (:meth:`_add_sum_q`)."""
+        if self.proxy.sum_in_graph:
+            return self.tall.prior_graph + self.proxy.sum_graph()
+        return self.tall.prior_graph
 
     def _add_sum_q(self, theta, value, grad):
         """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them."""
         value = float(value)
-        if not self._sum_q_in_graph:
+        if not self.proxy.sum_in_graph:
             sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
             return value + sum_q, grad + sum_q_grad
         return value, grad

@@ -209,9 +209,7 @@ class DistributionalRegression:
 
     def eta_offset_and_jacobian(self, batch):
         """(η_k(0) (m, p), J_k (m, p, d)) from d + 1 evaluations of η, exact because η is affine."""
-        offset = self.eta(np.zeros(self.tall.ndim), batch)
-        jac = np.stack([self.eta(e, batch) - offset for e in np.eye(self.tall.ndim)], axis=2)
-        return offset, jac
+        return _affine_offset_and_jacobian(lambda theta: self.eta(theta, batch), self.tall.ndim)
 
     def eta_at_phi(self, phi, batch) -> np.ndarray:
         """η_k as a function of a flat φ (:attr:`phi`), shape (m, p): affine in φ."""
@@ -227,10 +225,7 @@ class DistributionalRegression:
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from r + 1 evaluations of η, exact because η is
         affine in φ.
         """
-        r = self.phi.size
-        offset = self.eta_at_phi(np.zeros(r), batch)
-        jac = np.stack([self.eta_at_phi(e, batch) - offset for e in np.eye(r)], axis=2)
-        return offset, jac
+        return _affine_offset_and_jacobian(lambda phi: self.eta_at_phi(phi, batch), self.phi.size)
 
     def row_terms(self, theta, batch) -> RowTerms:
         """:class:`RowTerms` of the rows of ``batch`` at θ, from one compiled elementwise function
@@ -261,29 +256,27 @@ class DistributionalRegression:
         exact Jacobian (d + 1 evaluations of η), Σ_k J_kᵀ F''_k J_k; where η is affine in φ(θ)
         instead, by the chain rule from :meth:`phi_sums`: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i.
         """
-        terms = self.row_terms(theta, batch)
-        total, first, curvature = _summed_terms(terms, self.n_eta)
         if self.phi is not None:
             # the gradient too from J in φ: no reverse pass through η to compile on a first run
-            total, a, b = self.phi_sums(theta, batch, terms, hessian=hessian)
+            total, a, b = self.phi_sums(theta, batch, hessian=hessian)
             dphi = self.phi.jacobian(theta)
             if not hessian:
                 return total, dphi.T @ a
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
+        total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
         if not hessian:
             return total, self.eta_vjp(first, batch, theta)
         _, jac = self.eta_offset_and_jacobian(batch)
         grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
         return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
 
-    def phi_sums(self, theta, batch, terms=None, hessian=True):
+    def phi_sums(self, theta, batch, hessian=True):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
         the sums of the Taylor proxies in η of a model affine in φ(θ)
         (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); B is None without
         ``hessian``.
         """
-        terms = self.row_terms(theta, batch) if terms is None else terms
-        total, first, curvature = _summed_terms(terms, self.n_eta)
+        total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
         _, jac = self.phi_offset_and_jacobian(batch)
         a = np.einsum("kj,kjr->r", np.column_stack(first), jac)
         b = np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True) if hessian else None
@@ -301,6 +294,14 @@ class DistributionalRegression:
             self._vjp_function = compile_function(inputs, pytensor.grad(inner, tall.theta))
         theta = np.asarray(theta, dtype=self.tall.theta.dtype)
         return np.asarray(self._vjp_function(theta, *cotangents, *batch), dtype=float)
+
+
+def _affine_offset_and_jacobian(evaluate, d):
+    """(f(0), ∂f) of an affine ``evaluate`` from R^d to (m, p) arrays, from d + 1 calls: (m, p) and
+    (m, p, d).
+    """
+    offset = evaluate(np.zeros(d))
+    return offset, np.stack([evaluate(e) - offset for e in np.eye(d)], axis=2)
 
 
 def _summed_terms(terms, n_eta):
