@@ -225,9 +225,12 @@ def test_subsample_size_auto_warns_when_it_needs_most_rows():
     # an order-0 proxy on 400 rows: σ̂² ≈ 1 needs m ≈ N, so subsampling cannot pay off
     X, y = logistic_data(n=400, d=2)
     with logistic_model(X, y):
+        step = pms.HMCECS(subsample_size="auto", proxy_order=0, rng=0)
+        # the choice is made again at the chain's warm-up draws, and the warning comes from the last
         with pytest.warns(UserWarning, match=r"chose m = \d+ of N = 400 rows.*order-0 Taylor proxy.*"
                                              r"full-data NUTS \(pm.sample\(\) without step=\)"):
-            step = pms.HMCECS(subsample_size="auto", proxy_order=0, rng=0)
+            pm.sample(step=step, draws=5, tune=160, chains=1, progressbar=False, random_seed=1,
+                      compute_convergence_checks=False)
     assert step.subsample_size >= 100
     # with the order-2 proxy the same model needs few rows, and "auto" stays silent
     with logistic_model(X, y), warnings.catch_warnings(record=True) as record:

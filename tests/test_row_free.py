@@ -94,12 +94,14 @@ def test_proxy_in_eta_has_far_smaller_differences_than_in_theta(noncentred):
     assert np.median(ratios) > 30.0, ratios
 
 
-def test_only_hmcecs_takes_the_proxy_in_eta():
-    """SGLD (no accept step) keeps the proxy in θ on such a model: with the proxy in η its tuned step
-    size grew 500× and its chains diverged on the curved posterior (SubsampleStep.row_free_proxy)."""
+def test_steps_with_an_accept_step_take_the_proxy_in_eta():
+    """HMCECS and SubsampleMH take the proxy in η; SGLD (no accept step) keeps the proxy in θ on such a
+    model: with the proxy in η its tuned step size grew 500× and its chains diverged on the curved
+    posterior (SubsampleStep.row_free_proxy)."""
     import pymc_subsample as pms
 
     with build("hierarchical_noncentred", N):
-        hmcecs, sgld = pms.HMCECS(rng=0), pms.SGLD(rng=0)
-    assert isinstance(hmcecs.proxy, RowFreeTaylorProxy) and hmcecs.target.glm.phi is not None
+        hmcecs, mh, sgld = pms.HMCECS(rng=0), pms.SubsampleMH(rng=0), pms.SGLD(rng=0)
+    for step in (hmcecs, mh):
+        assert isinstance(step.proxy, RowFreeTaylorProxy) and step.target.glm.phi is not None
     assert type(sgld.proxy) is TaylorProxy and sgld.target.glm is None

@@ -125,3 +125,39 @@ def test_prior_hessian_matches_the_analytic_one():
     }.items():
         expected[a, b] = expected[b, a] = value
     np.testing.assert_allclose(tall.prior_hessian(theta), expected, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("form", ["ones_column", "specify_shape"])
+def test_parameters_reading_n_row_literals_are_subsampled(form):
+    """Bambi writes an intercept as a column of N ones (a constant the likelihood's graph folds away,
+    so no row leaf) and wraps group terms in specify_shape(x, N): both must follow the batch."""
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    X, y = rng.normal(size=(n, 2)), (rng.random(n) < 0.5).astype(float)
+    with pm.Model() as model:
+        X_ = pm.Data("X", X)
+        a, b = pm.Normal("a", 0, 1), pm.Normal("b", 0, 1, shape=2)
+        eta = a * np.ones(n) + X_ @ b if form == "ones_column" else pt.specify_shape(a + X_ @ b, (n,))
+        pm.Bernoulli("obs", p=pm.math.invlogit(eta), observed=pm.Data("y", y))
+    tall = TallModel(model)
+    assert tall.regression_view is not None
+    theta = rng.normal(size=tall.ndim)
+    full = model.compile_fn(model.logp(vars=model.observed_RVs, sum=False)[0], inputs=model.value_vars,
+                            point_fn=False)(*[tall.theta_to_point(theta)[v.name] for v in model.value_vars])
+    idx = rng.integers(0, n, size=50)
+    np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), full[idx], rtol=0, atol=1e-10)
+
+
+def test_an_n_row_constant_outside_the_likelihood_is_refused():
+    import pytensor.tensor as pt
+
+    from pymc_subsample.model.rows import _repeated_rows
+
+    n = 30
+    varying = pt.constant(np.arange(n, dtype=float))
+    with pytest.raises(ValueError, match="one entry per row.*Pass it as pm.Data"):
+        _repeated_rows([pt.vector("x") * varying], {}, n, pt.constant(5), single_row=False)
+    repeated = _repeated_rows([pt.vector("x") * pt.constant(np.ones(n))], {}, n, pt.constant(5), False)
+    assert [v.eval().shape for v in repeated.values()] == [(5,)]

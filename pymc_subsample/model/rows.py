@@ -15,7 +15,8 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.traversal import applys_between, graph_inputs
+from pytensor.tensor.shape import SpecifyShape, specify_shape
 
 from pymc_subsample.model.streamed import StreamedRows, streamed_variables
 
@@ -149,6 +150,8 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
     for var in streamed_variables(outputs):
         if var.owner.op in streamed:
             replace[var] = streamed[var.owner.op]
+    n_rows = int(leaves[0].data.shape[0]) if leaves else -1
+    replace.update(_repeated_rows(outputs, replace, n_rows, n_rows_symbolic, single_row))
     for const in size_constants:
         if const.type.ndim == 0:  # a dim length
             replace[const] = pt.cast(n_rows_symbolic, const.dtype)
@@ -156,4 +159,56 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
         rest = pt.as_tensor_variable(np.asarray(const.data)[1:].astype(const.dtype))
         head = pt.cast(pt.atleast_1d(n_rows_symbolic), const.dtype)
         replace[const] = pt.concatenate([head, rest]) if rest.type.shape[0] else head
+    new_outputs = pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)
+    return _relax_row_shape_checks(new_outputs, n_rows)
+
+
+def _repeated_rows(outputs, replaced, n_rows, n_rows_symbolic, single_row):
+    """Constants of N equal rows (Bambi's column of ones for an intercept, ``np.ones(N)``) that the
+    likelihood's graph folded away, so they are no row leaf, but a parameter's graph still reads:
+    each becomes its first row repeated m times. Any other N-row constant is an error.
+    """
+    out = {}
+    for var in graph_inputs(outputs):
+        if var in replaced or not isinstance(var, Constant) or var.type.ndim < 1 or n_rows <= 1:
+            continue
+        value = np.asarray(var.data)
+        if value.shape[0] != n_rows:
+            continue
+        if not np.all(value == value[:1]):
+            raise ValueError(
+                f"A graph of the model reads a {value.shape} constant with one entry per row that the "
+                "observed variables' log-likelihood does not; rows cannot be subsampled consistently. "
+                "Pass it as pm.Data, or use it in the observed variables' parameters."
+            )
+        rows = 1 if single_row else n_rows_symbolic
+        out[var] = pt.alloc(pt.as_tensor_variable(value[0]), rows, *value.shape[1:])
+    return out
+
+
+def _constant_int(var):
+    if isinstance(var, Constant) and var.type.ndim == 0 and str(var.type.dtype).startswith(("int", "uint")):
+        return int(var.data)
+    return None
+
+
+def _relax_row_shape_checks(outputs, n_rows):
+    """Drop the row axis from ``SpecifyShape`` checks that assert N rows.
+
+    A model may assert its rows with ``pt.specify_shape(x, (N,))``, and PyTensor inserts such a
+    check itself where a graph rewrite replaces a variable of static length N; once the rows of
+    ``x`` are a batch, the check must say "any length" instead. The literal is rewritten only
+    inside the check, so other uses of the number N keep it.
+    """
+    replace = {}
+    for node in applys_between(graph_inputs(outputs), outputs):
+        if not isinstance(node.op, SpecifyShape):
+            continue
+        shape = [_constant_int(s) for s in node.inputs[1:]]
+        if n_rows not in shape:
+            continue
+        relaxed = [None if s == n_rows else dim for s, dim in zip(shape, node.inputs[1:])]
+        replace[node.outputs[0]] = specify_shape(node.inputs[0], relaxed)
+    if not replace:
+        return outputs
     return pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)

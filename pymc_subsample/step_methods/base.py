@@ -80,7 +80,7 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     is_exact: bool = False
     _state_class = SubsampleStepState
     #: whether the step takes the Taylor proxy in η where the rows are affine in a non-linear row-free
-    #: φ(θ) (``RowFreeTaylorProxy``); only HMCECS, where it is measured and tested. The others keep
+    #: φ(θ) (``RowFreeTaylorProxy``); HMCECS and SubsampleMH, where it is measured and tested. SG keeps
     #: the proxy in θ there: SGLD's tuned step size grew 500× with the better proxy (0.15 against
     #: 2.7·10⁻⁴ in whitened units on the non-centred model) and its Langevin steps, with no accept
     #: step, then diverged on that curved posterior in one run of three

@@ -55,6 +55,12 @@ __all__ = ["HMCECS"]
 #: warm-up draws at which the signed estimator re-chooses λ and a from the chain's own draws
 #: (doubling, so a chain that starts far from θ* is re-tuned as it moves towards the mode)
 SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
+#: warm-up draws after which subsample_size="auto" (and the default) choose m again at the chain's
+#: own last RETUNE_WINDOW draws: the set-up pilot's Laplace draws in θ fall where a curved posterior
+#: (a non-centred μ + τz) has no mass, and asked for m = 12,919 of 10⁶ rows, or all 20,000 rows
+#: of a Bambi (1|group) model, whose chains need 1000
+SIZE_RETUNE_AT = (50, 150)
+RETUNE_WINDOW = 25
 
 @dataclass_state
 class HMCECSState(SubsampleStepState):
@@ -97,8 +103,9 @@ class HMCECS(InnerHMC, SubsampleStep):
     vars : list, optional
         All free variables of the model (the default).
     subsample_size : int, "auto" or None
-        m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` at Laplace draws near the
-        centre (seed 004 §3.1); the choice is in ``self.subsample_size``. None (default):
+        m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` (seed 004 §3.1) at Laplace draws
+        near the centre, then again after 50 and 150 warm-up draws at the chain's own last 25
+        draws (the kernel is fixed after warm-up); the choice is in ``self.subsample_size``. None (default):
         perturbed, the larger of min(N, 1000) and the "auto" choice, i.e. 1000 rows unless
         more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
         step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
@@ -204,6 +211,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         self.current = None
         self.current_theta = None
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
+        self._size_warned = False
 
     def check_arguments(self, n_rows):
         subsample_size, num_blocks = self._requested
@@ -229,17 +237,46 @@ class HMCECS(InnerHMC, SubsampleStep):
                 mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
             else:
                 var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
+        self._auto_minimum = minimum if subsample_size == "auto" else None
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-            if subsample_size * AUTO_TOO_LARGE >= n:
-                warn_poor(_auto_too_large_message(subsample_size, n, self.proxy.order))
-        self.subsample_size = int(subsample_size)
-        self.num_blocks = int(min(num_blocks, self.subsample_size))
-        self._blocks = block_slices(self.subsample_size, self.num_blocks)
+        self._requested_blocks = num_blocks
+        self._setup_size = int(subsample_size)
+        self._set_size(self._setup_size)
         self.lam, self.a = 1, 0.0
         self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
         if self.estimator == "signed":
             self._set_block_poisson(mean_d, var_d)
+
+    def _set_size(self, m):
+        self.subsample_size = int(m)
+        self.num_blocks = int(min(self._requested_blocks, self.subsample_size))
+        self._blocks = block_slices(self.subsample_size, self.num_blocks)
+
+    def _retune_size(self):
+        """subsample_size="auto": choose m again at the chain's last warm-up draws (SIZE_RETUNE_AT).
+
+        During warm-up only, like :meth:`_retune_signed`: after it the kernel is fixed, so the
+        chain targets the perturbed posterior of that m. The warning that m is so large that
+        full-data NUTS is faster comes from the last choice (or at the end of a shorter warm-up).
+        """
+        recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:])
+        rng = np.random.default_rng(len(self.warmup_thetas))
+        var_d = pilot_loglik_variances(rng, self.target, recent, min(self.tall.n_rows, 2000))
+        m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
+        if m != self.subsample_size:
+            self._set_size(m)
+            self.subsample = self._draw_subsample()
+            self.current = None
+        if len(self.warmup_thetas) == SIZE_RETUNE_AT[-1]:
+            self._warn_if_size_too_large()
+
+    def _warn_if_size_too_large(self):
+        n = self.tall.n_rows
+        too_large = self.subsample_size * AUTO_TOO_LARGE >= n
+        if self._auto_minimum is not None and too_large and not self._size_warned:
+            self._size_warned = True
+            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order))
 
     def _set_block_poisson(self, mean_d, var_d):
         """λ, a (seed 004 eq. 5.1) from pilot differences; the potential reads them at each call."""
@@ -300,6 +337,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         theta = q0.data
         if self.tune and self.estimator == "signed" and len(self.warmup_thetas) in SIGNED_RETUNE_AT:
             self._retune_signed()
+        if self.tune and self._auto_minimum is not None and len(self.warmup_thetas) in SIZE_RETUNE_AT:
+            self._retune_size()
         if self.current is None or not np.array_equal(self.current_theta, theta):
             self.current = self.potential.estimate(theta, self.subsample)
             self.current_theta = np.array(theta, copy=True)
@@ -332,7 +371,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             n_grad_evals=grad_rows,
             sign=self.current.sign,
         )
-        if self.tune and self.estimator == "signed":
+        if self.tune and (self.estimator == "signed" or self._auto_minimum is not None):
             self.warmup_thetas.append(np.array(q_new.data, dtype=float))
             self.warmup_signs.append(self.current.sign)
         return q_new, [stats]
@@ -341,6 +380,12 @@ class HMCECS(InnerHMC, SubsampleStep):
     def reset_tuning(self):
         super().reset_tuning()
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
+        if self._auto_minimum is not None:  # each chain chooses m again from the set-up's choice
+            self._set_size(self._setup_size)
+
+    def stop_tuning(self):
+        super().stop_tuning()
+        self._warn_if_size_too_large()  # a warm-up shorter than SIZE_RETUNE_AT[-1]
 
     # ---------------------------------------------------------------- progress bar
     def progress_columns(self):

@@ -455,6 +455,11 @@ class SubsampleMH(SubsampleStep):
         return columns
 
     # ----------------------------------------------------------------- checks
+    #: the Taylor proxy in η where rows are affine in a row-free φ(θ) (non-centred hierarchical
+    #: models): measured on that zoo model at m = 1000, σ̂² ≈ 10⁻⁵ against 487 with the proxy in θ,
+    #: where the pseudo-marginal chain stuck (1.5% accepted). Unlike SGLD there is an accept step,
+    #: so the better proxy cannot make the chain diverge.
+    row_free_proxy = True
     ess_remedy = ("Lengthen tuning so the proposal scale adapts, run more draws, or use pms.HMCECS, "
                   "whose gradient-based moves mix faster.")
 
