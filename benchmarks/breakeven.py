@@ -18,7 +18,7 @@ measured in this run (at such N NUTS's time is its gradients'). Those cells say 
 [·] then compares with the HMCECS run of the same N instead (marked "vs HMCECS").
 
 Usage: python benchmarks/breakeven.py [--models logistic poisson_offset] [--rows 10000 100000 ...]
-       [--draws 500] [--nuts-max-rows 1000000] [--auto]
+       [--draws 500] [--nuts-max-rows 1000000] [--auto] [--skip-sg]
 """
 
 import argparse
@@ -95,6 +95,7 @@ def main():
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--nuts-max-rows", type=int, default=1_000_000)
     parser.add_argument("--auto", action="store_true", help='also HMCECS(subsample_size="auto")')
+    parser.add_argument("--skip-sg", action="store_true", help="no SGLD/SGHMC columns (faster)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -106,7 +107,8 @@ def main():
     print("|---|---|---|---|" + ("---|" if args.auto else "") + "---|---|---|")
     for name in args.models:
         warm = build(name, 5_000)  # warm the compilation cache for this model's graphs
-        for make in (lambda: pms.HMCECS(rng=0), lambda: pms.SGLD(rng=0), lambda: pms.SGHMC(rng=0)):
+        sg_methods = () if args.skip_sg else ("SGLD", "SGHMC")
+        for make in [lambda: pms.HMCECS(rng=0)] + [partial(getattr(pms, m), rng=0) for m in sg_methods]:
             run_step(warm, 50, make)
         measured = None  # (N, seconds, ESS, gradient seconds) of the largest NUTS run so far
         for n in args.rows:
@@ -129,14 +131,17 @@ def main():
                                                       lambda: pms.HMCECS(subsample_size="auto", rng=0))
                 row.append(f"({step_a.subsample_size}) " + cell(ess_a, sec_a, max_shift(auto, against)))
             sg = []
-            for method in ("SGLD", "SGHMC"):
+            for method in sg_methods:
                 ess_s, sec_s, _, sg_idata = run_step(model, args.draws, partial(getattr(pms, method), rng=0))
                 sg.append((ess_s / sec_s, method, ess_s, sec_s, max_shift(sg_idata, against)))
-            rate, method, ess_s, sec_s, shift_s = max(sg)
-            vs = "" if against is not hmc else " vs HMCECS"
-            row.append(cell(ess_s, sec_s, shift_s) + f"{vs} ({method})")
             nuts_rate = ess_n / sec_n
-            row += [f"{ess_h / sec_h / nuts_rate:.2f}", f"{rate / nuts_rate:.2f}"]
+            if sg:
+                rate, method, ess_s, sec_s, shift_s = max(sg)
+                vs = "" if against is not hmc else " vs HMCECS"
+                row.append(cell(ess_s, sec_s, shift_s) + f"{vs} ({method})")
+                row += [f"{ess_h / sec_h / nuts_rate:.2f}", f"{rate / nuts_rate:.2f}"]
+            else:
+                row += ["–", f"{ess_h / sec_h / nuts_rate:.2f}", "–"]
             print("| " + " | ".join(row) + " |", flush=True)
         print(f"| {name}: one full-data gradient at N = {measured[0]:,}: {measured[3] * 1e3:.1f} ms; "
               f"at N = {args.rows[-1]:,}: {grad_sec * 1e3:.1f} ms |", flush=True)

@@ -110,8 +110,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
         step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
         more saves a chain whose σ̂² would be far above 1, as a non-centred hierarchical model
-        had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). Signed: min(N, 1000). Either way a
-        warning says when m ≥ N/4, where full-data NUTS is faster. For
+        had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). Signed: min(N, 1000). A
+        warning says when the final choice (at the end of warm-up) is m ≥ N/4, where full-data NUTS
+        is faster. For
         ``estimator="signed"`` m is the mini-batch size of each Poisson factor.
     num_blocks : int
         G: one of G blocks of u is refreshed per iteration (ρ ≈ 1 − 1/G, §3.3). For the
@@ -237,7 +238,9 @@ class HMCECS(InnerHMC, SubsampleStep):
                 mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
             else:
                 var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
-        self._auto_minimum = minimum if subsample_size == "auto" else None
+        # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
+        # have their own warm-up re-tuning, _retune_signed)
+        self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
         if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
         self._requested_blocks = num_blocks
