@@ -91,16 +91,17 @@ def min_ess(idata):
 def compare_on(name, X, y, args):
     print(f"\n## {name}: N = {X.shape[0]}, d = {X.shape[1]}")
     model = logistic_model(X, y)
-    idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune)
+    idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune, seed=args.seed)
     ess = min_ess(idata)
     rows = [("pymc_subsample HMCECS", setup, sampling, ess, idata)]
     ref = None
     if not args.skip_nuts:
-        ref, seconds = run_nuts(model, args.nuts_draws, args.nuts_tune)
+        ref, seconds = run_nuts(model, args.nuts_draws, args.nuts_tune, seed=args.seed)
         rows.append(("PyMC NUTS, full data", 0.0, seconds, min_ess(ref), ref))
     if not args.skip_numpyro:
         try:
-            np_idata, np_seconds = run_numpyro(X, y, args.m, step.proxy.center, args.draws, args.tune)
+            np_idata, np_seconds = run_numpyro(X, y, args.m, step.proxy.center, args.draws, args.tune,
+                                               seed=args.seed)
             rows.append(("NumPyro HMCECS (same m, G)", 0.0, np_seconds, min_ess(np_idata), np_idata))
         except ImportError as err:
             print(f"(NumPyro not installed: {err})")
@@ -224,4 +225,5 @@ if __name__ == "__main__":
     parser.add_argument("--only-iteration", action="store_true",
                         help="per iteration inside pm.sample, d = 31 and 4")
     parser.add_argument("--skip-nuts", action="store_true")
+    parser.add_argument("--seed", type=int, default=1, help="sampling seed of every sampler (data fixed)")
     main(parser.parse_args())
