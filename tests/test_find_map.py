@@ -65,3 +65,27 @@ def test_find_map_matches_pymc_on_skin_segmentation():
         [0.0108, 0.0156, 0.0178, 0.0110]
     )  # posterior sds from ../shared/data/skin/reference_nuts.json
     assert np.max(np.abs(ours["beta"] - ref["beta"]) / sd) <= 1e-4
+
+
+def test_centre_of_a_non_concave_posterior_goes_to_lbfgs_without_an_exact_newton_step(monkeypatch):
+    """The non-centred μ + τz: after one subset-Newton step the Hessian is not negative definite, and
+    neither is the exact one, so the pass of Jacobians for an exact Newton step is skipped and
+    full-data L-BFGS starts from the best point seen; the centre is still near the mode."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from zoo import build
+
+    import pymc_subsample.control_variates.center as center
+    from pymc_subsample.estimators.target import SubsampledTarget
+
+    tall = pms.TallModel(build("hierarchical_noncentred", 20_000))
+    exact_newton = []
+    real = center._newton_polish
+    monkeypatch.setattr(center, "_newton_polish", lambda *a, **k: exact_newton.append(1) or real(*a, **k))
+    theta = center.find_center(tall, warm_rows=2000)
+    assert not exact_newton
+    mode, _ = find_map_theta(tall, ftol=1e-12, tol=1e-7, polish=False)
+    sd = np.sqrt(np.diag(np.linalg.inv(SubsampledTarget(tall, mode).laplace_precision())))
+    assert np.max(np.abs(theta - mode) / sd) < 0.1

@@ -221,6 +221,22 @@ def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logis
     assert 0 < sum(outcomes) < len(outcomes)  # both branches were exercised
 
 
+def test_potential_keeps_a_trajectorys_estimates_until_told_to_forget(small_logistic):
+    with small_logistic:
+        step = pms.HMCECS(subsample_size=200, rng=0)
+    potential = step.potential
+    potential.subsample = step._draw_subsample()
+    theta = step.proxy.center + 0.01
+    potential.record_trajectory()
+    potential._pytensor_function(theta)
+    evaluated = potential.n_rows_evaluated
+    potential._pytensor_function(theta)  # kept: no second evaluation
+    assert potential.n_rows_evaluated == evaluated and potential.recorded(theta) is not None
+    potential.forget_trajectory()
+    potential._pytensor_function(theta)
+    assert potential.n_rows_evaluated == evaluated + 200 and potential.recorded(theta) is None
+
+
 def test_subsample_size_auto_warns_when_it_needs_most_rows():
     # an order-0 proxy on 400 rows: σ̂² ≈ 1 needs m ≈ N, so subsampling cannot pay off
     X, y = logistic_data(n=400, d=2)

@@ -103,48 +103,54 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     0.8 sds from the mode, the steps to the tolerance 0.004 sds). An exact Newton step (the
     chunked full-data Hessian, a pass of Jacobians that costs as much as the proxy's own) took
     0.7 s of that 2.2 s set-up. If the steps do not improve the log posterior, an exact Newton
-    step, then full-data L-BFGS, take over.
+    step, then full-data L-BFGS, take over; where a Hessian on the way was not negative definite,
+    L-BFGS from the best point seen, at once.
     """
     if tall.n_rows <= 2 * warm_rows:
         theta, _ = find_map_theta(tall, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
         return theta
     rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
     start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
-    theta, start_value = _subset_newton_steps(tall, start, rows, chunk_size)
+    theta, start_value, best, concave = _subset_newton_steps(tall, start, rows, chunk_size)
     if theta is not None:
         return theta
-    theta = _newton_polish(tall, start, None, 1.0, chunk_size, steps=1)
-    if _log_posterior(tall, theta, chunk_size) > start_value:
-        return theta
-    theta, _ = find_map_theta(tall, start=start, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
+    if concave:
+        theta = _newton_polish(tall, start, None, 1.0, chunk_size, steps=1)
+        if _log_posterior(tall, theta, chunk_size) > start_value:
+            return theta
+    # where the log posterior is not concave along the way (a non-centred μ + τz), the exact Hessian
+    # is not negative definite either: a pass of Jacobians saved (1 s of a 10⁶-row set-up)
+    theta, _ = find_map_theta(tall, start=best, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
     return theta
 
 
 def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
-    """(θ within :data:`CENTER_TOLERANCE` posterior sds of the mode by Newton steps with the
-    full-data gradient and the N/n-scaled Hessian of ``rows``, or None where they fail: a Hessian
-    that is not negative definite, a step that lowers the log posterior, no convergence; the log
-    posterior at ``start``). The distance is the Newton decrement √(gᵀ(−H)⁻¹g), in posterior sds.
+    """Newton steps with the full-data gradient and the N/n-scaled Hessian of ``rows``.
+
+    Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode, or None where the steps
+    fail: a step that lowers the log posterior, a Hessian that is not negative definite, no
+    convergence; the log posterior at ``start``; the best θ seen; whether every Hessian was
+    negative definite). The distance is the Newton decrement √(gᵀ(−H)⁻¹g), in posterior sds.
     """
-    theta, best, start_value = start, -np.inf, None
+    theta, best, best_value, start_value = start, start, -np.inf, None
     for _ in range(max_steps):
         prior, dlp = tall.prior_value_and_grad(theta, setup=True)
         loglik, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
         value = float(prior) + float(loglik)
         value = value if np.isfinite(value) else -np.inf
         start_value = value if start_value is None else start_value
-        if value < best:
-            return None, start_value
-        best = value
+        if value < best_value:
+            return None, start_value, best, True
+        best, best_value = theta, value
         _, _, hll = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,
                                 chunk_size=chunk_size)
         step, decrement = _newton_step(tall, theta, dlp + dll, (tall.n_rows / len(rows)) * hll)
         if step is None:
-            return None, start_value
+            return None, start_value, best, False
         if decrement < CENTER_TOLERANCE:
-            return theta, start_value
+            return theta, start_value, best, True
         theta = theta - step
-    return None, start_value
+    return None, start_value, best, True
 
 
 def _log_posterior(tall, theta, chunk_size):

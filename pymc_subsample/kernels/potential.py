@@ -79,6 +79,10 @@ class SubsampledPotential:
         if known is not None:
             self._trajectory[self._key(theta)] = known
 
+    def forget_trajectory(self):
+        """Stop keeping estimates (every call evaluates again), until :meth:`record_trajectory`."""
+        self._trajectory = None
+
     def _key(self, theta):
         return np.asarray(theta, dtype=self.dtype).tobytes()
 
