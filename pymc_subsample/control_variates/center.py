@@ -132,7 +132,7 @@ def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
     convergence; the log posterior at ``start``; the best θ seen; whether every Hessian was
     negative definite). The distance is the Newton decrement √(gᵀ(−H)⁻¹g), in posterior sds.
     """
-    theta, best, best_value, start_value = start, start, -np.inf, None
+    theta, best, best_value, start_value, last_decrement = start, start, -np.inf, None, None
     for _ in range(max_steps):
         prior, dlp = tall.prior_value_and_grad(theta, setup=True)
         loglik, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
@@ -149,6 +149,12 @@ def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
             return None, start_value, best, False
         if decrement < CENTER_TOLERANCE:
             return theta, start_value, best, True
+        # the steps contract the decrement by a steady factor (the subset Hessian's relative error:
+        # 18 → 0.41 → 0.009 on logistic at 10⁶ rows); when the next is predicted at half the
+        # tolerance, take the step without the gradient pass that would only confirm it
+        if last_decrement is not None and decrement * (decrement / last_decrement) < 0.5 * CENTER_TOLERANCE:
+            return theta - step, start_value, best, True
+        last_decrement = decrement
         theta = theta - step
     return None, start_value, best, True
 
