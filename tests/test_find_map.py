@@ -80,8 +80,9 @@ def _distance_in_sds(tall, theta):
 def test_subset_newton_centre_is_within_its_tolerance_of_the_mode(name):
     # 2,000 of 20,000 rows: the subset path of find_center, whose last step is taken without the
     # gradient pass that would confirm it when its contraction predicts the tolerance
-    import pymc_subsample.control_variates.center as center
     from zoo import build
+
+    import pymc_subsample.control_variates.center as center
 
     tall = pms.TallModel(build(name, 20_000))
     theta = center.find_center(tall, warm_rows=2000)
@@ -92,8 +93,9 @@ def test_centre_of_a_non_concave_posterior_goes_to_lbfgs_without_an_exact_newton
     """The non-centred μ + τz: after one subset-Newton step the Hessian is not negative definite, and
     neither is the exact one, so the pass of Jacobians for an exact Newton step is skipped and
     full-data L-BFGS starts from the best point seen; the centre is still near the mode."""
-    import pymc_subsample.control_variates.center as center
     from zoo import build
+
+    import pymc_subsample.control_variates.center as center
 
     tall = pms.TallModel(build("hierarchical_noncentred", 20_000))
     exact_newton = []

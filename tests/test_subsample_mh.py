@@ -537,3 +537,20 @@ def test_thin_makes_each_draw_several_moves(small_model):
     # the default: about 2d moves per draw (Roberts, Gelman & Gilks' 0.33/d per move)
     with small_model:
         assert SubsampleMH(center=np.zeros(2)).thin == 4
+
+
+def test_adapted_proposal_keeps_a_laplace_covariance_that_fits_and_replaces_one_that_does_not():
+    from pymc_subsample.kernels.proposals import adapted_cholesky
+
+    rng = np.random.default_rng(0)
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, 0.3], [0.0, 0.3, 0.5]])
+    chol = np.linalg.cholesky(cov)
+    draws = rng.standard_normal((400, 3)) @ chol.T
+    assert adapted_cholesky(draws, chol) is None  # within 2× in every direction: kept
+    # the proposal's variance 10× too large along one axis (the non-centred model's μ): replaced
+    wide = np.linalg.cholesky(cov + np.diag([9.0, 0.0, 0.0]))
+    new = adapted_cholesky(draws, wide)
+    np.testing.assert_allclose(new @ new.T, np.cov(draws, rowvar=False), rtol=0.05, atol=0.05)
+    # and 10× too small along another
+    narrow = np.linalg.cholesky(cov * np.array([1.0, 1.0, 0.05])[:, None] * np.array([1.0, 1.0, 0.05]))
+    assert adapted_cholesky(draws, narrow) is not None

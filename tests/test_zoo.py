@@ -130,20 +130,24 @@ def test_hmcecs_and_pseudo_marginal_mh_defaults_agree_with_nuts(name):
 
 
 @pytest.mark.slow
-def test_hmcecs_defaults_agree_with_nuts_on_the_noncentred_hierarchical_model():
+def test_both_samplers_agree_with_nuts_on_the_noncentred_hierarchical_model():
     """With m = 1000 of 20,000 rows. NUTS reaches an ESS of only ~70 per 600 draws for μ_a and τ_a
     here (many rows per group: the non-centred form is the harder geometry), so 1500 draws; HMCECS's
-    default Laplace-started dense adaptation ~270 per 1000."""
+    default Laplace-started dense adaptation ~270 per 1000. SubsampleMH's random walk needs the
+    covariance of its warm-up draws: with the Laplace covariance (μ_a's variance 10× the
+    posterior's) it had an ESS of 2 of 1500 draws, with the adapted one ~220."""
     model = build("hierarchical_noncentred", N)
-    sample = dict(chains=1, progressbar=False, compute_convergence_checks=False, draws=1500, tune=1000)
-    with model:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            ref = pm.sample(random_seed=5, **sample)
-        idata = pm.sample(step=pms.HMCECS(rng=0), random_seed=6, **sample)
-    assert idata.posterior.sizes["draw"] == 1500
-    result = agreement(idata, ref, [rv.name for rv in model.free_RVs])
-    assert agrees(result), result
+    sample = dict(draws=1500, tune=1000)
+    ref = _nuts(model, **sample)
+    names = [rv.name for rv in model.free_RVs]
+    for step_class in (pms.HMCECS, pms.SubsampleMH):
+        with model, warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            idata = pm.sample(step=step_class(rng=0), random_seed=6, **SAMPLE, **sample)
+        assert idata.posterior.sizes["draw"] == 1500
+        result = agreement(idata, ref, names)
+        assert agrees(result), (step_class.__name__, result)
+        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
 
 
 def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
@@ -170,18 +174,6 @@ def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
     assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
 
 
-@pytest.mark.slow
-def test_pseudo_marginal_mh_warns_that_its_random_walk_barely_moves_on_the_noncentred_model():
-    """Not the subsampling: with the proxy in η, σ̂² ≈ 10⁻⁵ at m = 1000 here, but a random walk (the
-    default Laplace-scaled proposal) cannot follow the curved ridge of (μ, τ, z) with a = μ + τz
-    fixed by 1000 rows per group (measured: ESS 2 of 1500 draws for z_a, as exact MH would). The run
-    says so, and names HMCECS, instead of returning means silently."""
-    model = build("hierarchical_noncentred", N)
-    with model, pytest.warns(UserWarning, match=r"effective sample size is .*pms\.HMCECS"):
-        idata = pm.sample(step=pms.SubsampleMH(rng=0), draws=400, tune=300, random_seed=6, **SAMPLE)
-    assert float(idata.sample_stats["loglik_var"].mean()) < 0.1
-
-
 def _bambi_model(bmb, n, seed=0):
     """A Bambi formula with a categorical term and a group intercept (issue 10's zoo item 3)."""
     import pandas as pd
@@ -201,6 +193,8 @@ def _bambi_model(bmb, n, seed=0):
 
 @pytest.mark.slow
 def test_bambi_formula_with_a_group_intercept_agrees_with_nuts():
+    """HMCECS. SubsampleMH's random walk does not mix here (55 parameters, the intercept and the 50
+    group offsets on a curved ridge: ESS 2 of 1000 draws for the intercept) and says so."""
     bmb = pytest.importorskip("bambi", reason="Bambi is an optional test dependency: pip install bambi")
     model = _bambi_model(bmb, N)
     ref = _nuts(model, draws=1000, tune=1000)

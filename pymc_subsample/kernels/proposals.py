@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["adapt_log_scale", "laplace_cholesky", "random_walk_proposal"]
+__all__ = ["adapt_log_scale", "adapted_cholesky", "laplace_cholesky", "random_walk_proposal"]
 
 
 def laplace_cholesky(precision):
@@ -45,3 +45,27 @@ def adapt_log_scale(log_scale, accepted, iteration, target, *, rate=0.6, delay=1
     which made sequential tests read all N rows early in tuning.
     """
     return log_scale + (float(accepted) - target) / math.pow(iteration + delay, rate)
+
+
+def adapted_cholesky(draws, chol, *, tolerance=2.0):
+    """Cholesky factor of the covariance of warm-up ``draws`` (k, d), or None where it agrees with
+    the current proposal's L Lᵀ (``chol``) within a factor ``tolerance`` in every direction.
+
+    The covariance is PyMC's regularised estimate (``QuadPotentialFullAdapt``):
+    k/(k + 5) C + 10⁻³·5/(k + 5) I. The comparison uses the generalised eigenvalues of C against
+    L Lᵀ, the variances of C along L's axes: where the Laplace approximation fits (GLMs) the proposal
+    is kept, so its exact curvature is not traded for a noisy estimate; where it does not (a
+    non-centred μ + τz, whose mode's curvature gave μ 10× the posterior variance), the draws' own
+    covariance replaces it (Haario et al. 2001's adaptive Metropolis, during warm-up only).
+    """
+    draws = np.asarray(draws, dtype=float)
+    k, d = draws.shape
+    if k < 2:
+        return None
+    cov = np.atleast_2d(np.cov(draws, rowvar=False))
+    cov = k / (k + 5.0) * cov + 1e-3 * 5.0 / (k + 5.0) * np.eye(d)
+    inv = np.linalg.inv(chol)
+    ratios = np.linalg.eigvalsh(inv @ cov @ inv.T)
+    if ratios.min() > 1.0 / tolerance and ratios.max() < tolerance:
+        return None
+    return np.linalg.cholesky(cov)

@@ -18,7 +18,12 @@ from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
-from pymc_subsample.kernels.proposals import adapt_log_scale, laplace_cholesky, random_walk_proposal
+from pymc_subsample.kernels.proposals import (
+    adapt_log_scale,
+    adapted_cholesky,
+    laplace_cholesky,
+    random_walk_proposal,
+)
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.step_methods.base import (
     SubsampleStep,
@@ -35,6 +40,9 @@ __all__ = ["SubsampleMH", "SubsampleMHState"]
 TESTS = ("pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact")
 PROPOSALS = ("laplace", "random-walk")
 MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33·50/d per draw)
+#: warm-up draws after which the Laplace proposal's covariance is compared with that of the second
+#: half of the warm-up draws so far, and replaced where they disagree (``adapted_cholesky``)
+COVARIANCE_AT = (100, 200, 400)
 
 
 @dataclass_state
@@ -47,6 +55,8 @@ class SubsampleMHState(SubsampleStepState):
     current_theta: Any
     current_value: float
     current_sigma2: float
+    warmup_draws: Any = None
+    proposal_chol: Any = None
 
 
 class SubsampleMH(SubsampleStep):
@@ -63,7 +73,9 @@ class SubsampleMH(SubsampleStep):
         the mini-batch added at each look (default ⌈√N⌉, at least 2).
     proposal : {"laplace", "random-walk"}
         Gaussian random walk with covariance scale² Σ, Σ the Laplace covariance
-        (−(∇²log p(θ*) + Σ_k H_k(θ*)))⁻¹ at the centre, or the identity.
+        (−(∇²log p(θ*) + Σ_k H_k(θ*)))⁻¹ at the centre, or the identity. With "laplace" and
+        the default ``thin``, Σ is replaced during warm-up by the covariance of the warm-up draws
+        where the two differ by more than 2× in some direction (``_adapt_proposal``).
     scale : float, optional
         Initial scale; default 2.38/√d for "laplace" and 2.38/√d · √(tr Σ / d) for
         "random-walk". Adapted during tuning unless ``adapt_scale=False``.
@@ -209,14 +221,20 @@ class SubsampleMH(SubsampleStep):
         self.subsample_size = int(subsample_size)
         if test == "pseudo-marginal":
             self._blocks = block_slices(self.subsample_size, int(num_blocks))
-        self._chol = self._proposal_cholesky(proposal)
+        # per chain (SubsampleMHState): adapted from the warm-up draws (_adapt_proposal)
+        self.proposal_chol = self._proposal_cholesky(proposal)
+        self.warmup_draws = []
         if scale is None:
             scale = 2.38 / math.sqrt(d)
             if proposal == "random-walk":
                 scale *= math.sqrt(self._laplace_var_mean) if self._laplace_var_mean else 0.1
         self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
         self.init_at_center = bool(init_at_center)
-        self.thin = thin if thin is not None else min(MAX_THIN, 2 * d)
+        # the warm-up draws estimate the proposal's covariance only when each is this many moves
+        # from the last: with thin=1 (the seeds' chain) 100 draws of a random walk are 100 small
+        # correlated steps, and their covariance replaced a fitting Laplace one on Skin Segmentation
+        self._default_thin = min(MAX_THIN, 2 * d)
+        self.thin = thin if thin is not None else self._default_thin
         self._chunk_size = int(chunk_size)
         self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
         self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
@@ -310,6 +328,8 @@ class SubsampleMH(SubsampleStep):
         for _ in range(self.thin):
             theta, stats = self._move(theta)
             moves.append(stats)
+        if self.tune and self.proposal_chol is not None and self.thin >= self._default_thin:
+            self._adapt_proposal(theta)
         stats = moves[-1] | {
             "accept": float(np.mean([s["accept"] for s in moves])),
             "accepted": bool(not np.array_equal(theta, start)),
@@ -319,10 +339,27 @@ class SubsampleMH(SubsampleStep):
         }
         return RaveledVars(theta, q0.point_map_info), [stats]
 
+    def _adapt_proposal(self, theta):
+        """Warm-up only (the kernel is fixed after it), with ``proposal="laplace"`` and each draw at
+        least the default ``thin`` moves: at COVARIANCE_AT draws, the covariance of the second half
+        of the warm-up draws so far replaces the proposal's where the two disagree by more than 2×
+        in some direction. Measured on the non-centred hierarchical model: with the
+        Laplace covariance an ESS of 2 of 1500 draws; with the posterior's, 296-674.
+        """
+        self.warmup_draws.append(np.array(theta, dtype=float))
+        k = len(self.warmup_draws)
+        if k not in COVARIANCE_AT:
+            return
+        chol = adapted_cholesky(self.warmup_draws[k // 2:], self.proposal_chol)
+        if chol is not None:
+            self.proposal_chol = chol
+            self.log_scale = math.log(2.38 / math.sqrt(self.tall.ndim))  # optimal for a Gaussian
+            self.n_tune_steps = 0  # the scale's adaptation starts again, with its large first steps
+
     def _move(self, theta):
         """One Metropolis-Hastings move from θ: the new θ and the move's stats."""
         rng = self.rng
-        theta_p = random_walk_proposal(rng, theta, math.exp(self.log_scale), self._chol)
+        theta_p = random_walk_proposal(rng, theta, math.exp(self.log_scale), self.proposal_chol)
         u = rng.random()
         log_u = math.log(u)
         log_prior_ratio = self._log_prior(theta_p) - self._log_prior(theta)
