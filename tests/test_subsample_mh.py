@@ -554,3 +554,11 @@ def test_adapted_proposal_keeps_a_laplace_covariance_that_fits_and_replaces_one_
     # and 10× too small along another
     narrow = np.linalg.cholesky(cov * np.array([1.0, 1.0, 0.05])[:, None] * np.array([1.0, 1.0, 0.05]))
     assert adapted_cholesky(draws, narrow) is not None
+    # the noise of 100 draws in 31 dimensions (sample eigenvalues ~0.2-2.4 of the true ones) alone
+    # does not replace a fitting covariance; fewer than 2d draws never do
+    wide31 = np.linalg.cholesky(np.eye(31) + 0.5)
+    for seed in range(10):
+        few = np.random.default_rng(seed).standard_normal((100, 31)) @ wide31.T
+        assert adapted_cholesky(few, wide31) is None
+        assert adapted_cholesky(few, 0.2 * wide31) is not None
+    assert adapted_cholesky(few[:50], 0.1 * wide31) is None
