@@ -259,7 +259,7 @@ class DistributionalRegression:
         on the non-centred zoo model, whose default centre makes ~15 gradient passes at 10⁶ rows).
         """
         if self.phi is not None and hessian:
-            total, a, b = self.phi_sums(theta, batch, hessian=hessian)
+            total, a, b = self.phi_sums(theta, batch)
             dphi = self.phi.jacobian(theta)
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
@@ -269,16 +269,15 @@ class DistributionalRegression:
         grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
         return total, grad, np.einsum("kjd,kjl,kle->de", jac, curvature, jac, optimize=True)
 
-    def phi_sums(self, theta, batch, hessian=True):
+    def phi_sums(self, theta, batch):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
         the sums of the Taylor proxies in η of a model affine in φ(θ)
-        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); B is None without
-        ``hessian``.
+        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
         """
         total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
         _, jac = self.phi_offset_and_jacobian(batch)
         a = np.einsum("kj,kjr->r", np.column_stack(first), jac)
-        b = np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True) if hessian else None
+        b = np.einsum("kjr,kjl,kls->rs", jac, curvature, jac, optimize=True)
         return total, a, b
 
     def eta_vjp(self, cotangents, batch, theta) -> np.ndarray:
