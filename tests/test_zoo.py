@@ -222,3 +222,15 @@ def test_auto_subsample_size_is_chosen_again_at_the_chains_warmup_draws():
     # every chain starts again from the set-up's choice (PyMC calls reset_tuning per chain)
     step.reset_tuning()
     assert step.subsample_size == setup and step.num_blocks == min(100, setup)
+
+
+def test_adapted_mh_proposal_keeps_a_scale_the_user_fixed():
+    # the non-centred model's Laplace covariance is replaced after 100 warm-up draws; with
+    # adapt_scale=False the user's scale stays, only the covariance changes
+    model = build("hierarchical_noncentred", N)
+    with model:
+        step = pms.SubsampleMH(rng=0, scale=0.3, adapt_scale=False)
+        laplace = step.proposal_chol.copy()
+        idata = pm.sample(step=step, draws=5, tune=120, random_seed=1, **SAMPLE)
+    assert not np.allclose(step.proposal_chol, laplace)
+    np.testing.assert_allclose(idata.sample_stats["scale"].values, 0.3)

@@ -347,6 +347,8 @@ class SubsampleMH(SubsampleStep):
         Measured on the non-centred hierarchical model: with the Laplace covariance an ESS of 2 of
         1500 draws; with the posterior's, 296-674; with the adapted one, 217-787.
         """
+        if len(self.warmup_draws) >= COVARIANCE_AT[-1]:
+            return  # no comparison is left: a long warm-up keeps no more draws
         self.warmup_draws.append(np.array(theta, dtype=float))
         k = len(self.warmup_draws)
         if k not in COVARIANCE_AT:
@@ -354,8 +356,9 @@ class SubsampleMH(SubsampleStep):
         chol = adapted_cholesky(self.warmup_draws[k // 2:], self.proposal_chol)
         if chol is not None:
             self.proposal_chol = chol
-            self.log_scale = math.log(2.38 / math.sqrt(self.tall.ndim))  # optimal for a Gaussian
-            self.n_tune_steps = 0  # the scale's adaptation starts again, with its large first steps
+            if self.adapt_scale:  # a scale the user fixed (adapt_scale=False) stays theirs
+                self.log_scale = math.log(2.38 / math.sqrt(self.tall.ndim))  # optimal for a Gaussian
+                self.n_tune_steps = 0  # the scale's adaptation starts again, with its large first steps
 
     def _move(self, theta):
         """One Metropolis-Hastings move from θ: the new θ and the move's stats."""
