@@ -169,8 +169,10 @@ def _repeated_rows(outputs, replaced, n_rows, n_rows_symbolic, single_row):
     each becomes its first row repeated m times. Any other N-row constant is an error.
     """
     out = {}
+    if n_rows <= 1:
+        return out
     for var in graph_inputs(outputs):
-        if var in replaced or not isinstance(var, Constant) or var.type.ndim < 1 or n_rows <= 1:
+        if var in replaced or not isinstance(var, Constant) or var.type.ndim < 1:
             continue
         value = np.asarray(var.data)
         if value.shape[0] != n_rows:

@@ -376,6 +376,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         )
         if self.tune and (self.estimator == "signed" or self._auto_minimum is not None):
             self.warmup_thetas.append(np.array(q_new.data, dtype=float))
+        if self.tune and self.estimator == "signed":
             self.warmup_signs.append(self.current.sign)
         return q_new, [stats]
 
