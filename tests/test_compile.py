@@ -48,3 +48,51 @@ def test_gcc_accepts_the_precompiled_header(tmp_path):
            *includes, *shlex.split(flags), "-Werror=invalid-pch", str(source)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_set_up_pauses_the_collector_and_stack_records_and_restores_both(monkeypatch):
+    import gc
+    import time
+
+    seen = []
+    limit = pytensor.config.traceback__limit
+    paused = compile_module.set_up_without_overheads(
+        lambda: seen.append((gc.isenabled(), pytensor.config.traceback__limit)) or "result")
+    assert gc.isenabled()
+    assert paused() == "result"
+    assert seen == [(False, 0)] and gc.isenabled() and pytensor.config.traceback__limit == limit
+
+    # a set-up that raises gives the collector back too
+    def fails():
+        raise RuntimeError("set-up failed")
+
+    with pytest.raises(RuntimeError, match="set-up failed"):
+        compile_module.set_up_without_overheads(fails)()
+    assert gc.isenabled()
+
+    # a long set-up gets its collections back after the pause, so its garbage stays bounded
+    monkeypatch.setattr(compile_module, "COLLECTOR_PAUSE_SECONDS", 0.05)
+
+    def long_set_up():
+        start = time.perf_counter()
+        while not gc.isenabled() and time.perf_counter() - start < 5:
+            time.sleep(0.01)
+        return gc.isenabled()
+
+    assert compile_module.set_up_without_overheads(long_set_up)()
+
+    # the user's own choice is left alone: off stays off
+    gc.disable()
+    try:
+        compile_module.set_up_without_overheads(lambda: seen.append(pytensor.config.traceback__limit))()
+        assert not gc.isenabled() and seen[-1] == 0
+    finally:
+        gc.enable()
+
+
+def test_every_step_set_up_pauses_the_collector():
+    import pymc_subsample as pms
+
+    for step in (pms.HMCECS, pms.SubsampleMH, pms.SGLD, pms.SGHMC, pms.SGFS, pms.ISS, pms.FireflyMC,
+                 pms.ZigZag):
+        assert getattr(step.__init__, "__wrapped__", None) is not None, step.__name__

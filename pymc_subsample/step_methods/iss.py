@@ -31,6 +31,7 @@ from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_chec
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.compile import set_up_without_overheads
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.step_methods.base import SubsampleStepState, check_positive, resolve_center, warn_poor
 from pymc_subsample.subsample.summaries import make_summary
@@ -207,6 +208,7 @@ class ISS(ProgressBarMixin, ArrayStepShared):
         StatColumn("acceptance_rate", "acc", "{:.2f}"),
     )
 
+    @set_up_without_overheads
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
                  swap_size=None, inner="mh", model=None, center=None, init_at_center=True,
                  target_refresh=0.05, target_accept=None, n_leapfrog=8, thin=None,
