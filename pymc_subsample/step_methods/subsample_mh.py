@@ -10,6 +10,7 @@ import math
 import warnings
 from typing import Any
 
+import arviz as az
 import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
@@ -35,7 +36,7 @@ from pymc_subsample.step_methods.base import (
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 
-__all__ = ["SubsampleMH", "SubsampleMHState"]
+__all__ = ["SubsampleMH", "SubsampleMHState", "adapted_thin"]
 
 TESTS = ("pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact")
 PROPOSALS = ("laplace", "random-walk")
@@ -43,6 +44,13 @@ MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33�
 #: warm-up draws after which the Laplace proposal's covariance is compared with that of the second
 #: half of the warm-up draws so far, and replaced where they disagree (``adapted_cholesky``)
 COVARIANCE_AT = (100, 200, 400)
+#: the default ``thin`` grows at the end of warm-up where the chain's last half of warm-up draws
+#: has an integrated autocorrelation time τ̂ (draws per effective draw, worst coordinate) above
+#: THIN_TAU_LIMIT: to thin·τ̂/THIN_TAU_TARGET moves, at most THIN_GROWTH_LIMIT × the default
+THIN_TAU_LIMIT = 4.0
+THIN_TAU_TARGET = 2.0
+THIN_GROWTH_LIMIT = 10
+THIN_MIN_DRAWS = 100  # warm-up draws in that last half, at least, to estimate τ̂
 
 
 @dataclass_state
@@ -57,6 +65,8 @@ class SubsampleMHState(SubsampleStepState):
     current_sigma2: float
     warmup_draws: Any = None
     proposal_chol: Any = None
+    thin: int = 1
+    warmup_trace: Any = None
 
 
 class SubsampleMH(SubsampleStep):
@@ -124,7 +134,14 @@ class SubsampleMH(SubsampleStep):
         moves give an effective sample size near 2/3 of the draws. With one move per draw
         the zoo GLMs (d = 3-5, N = 100,000, 1000 draws) had ESS 13-80 and did not agree
         with NUTS (``benchmarks/README.md``). Each move reads its own subsample (m rows),
-        so a draw costs ``thin`` moves; ``thin=1`` is the plain chain of the seeds.
+        so a draw costs ``thin`` moves; ``thin=1`` is the plain chain of the seeds. The default
+        grows, for each chain at the end of its warm-up, where the last half of the warm-up
+        draws mixes slower than the near-Gaussian rate: with τ̂ = draws / min ESS over the
+        coordinates above 4, ``thin`` becomes thin·τ̂/2 moves (at most 10× the default), so the
+        draws after warm-up have an ESS near half their number again. On a curved posterior (a
+        Bambi ``(1|group)`` logistic model, d = 15: ESS 11-26 of 800 draws at 30 moves per
+        draw, sds 0.6-0.8× NUTS's) a random walk needs that many more moves; the cost per draw
+        grows by the same factor. A ``thin`` you pass is kept.
     importance_probs : array (N,), optional
         Two-sample test: importance probabilities p_k (seed 000 §5.1); default uniform.
     init_at_center : bool, default True
@@ -155,9 +172,10 @@ class SubsampleMH(SubsampleStep):
     Stats (per draw, over its ``thin`` moves): ``accept`` is the mean of min(1, e^Δ̂) for
     pseudo-marginal and exact MH and of the 0/1 decisions for sequential tests;
     ``accepted`` whether θ moved during the draw; ``accepted_fraction`` the fraction of
-    its moves accepted; ``batch_size`` the mean rows read per decision;
-    ``n_loglik_evals`` counts per-row evaluations of ℓ_k at θ, θ' and, for the proxy
-    terms of rows entering a subsample, at θ*, summed over the moves; ``acceptance_rate``
+    its moves accepted; ``batch_size`` the mean rows read per decision; ``moves`` the MH
+    moves of the draw (``thin``); ``n_loglik_evals`` counts per-row evaluations of ℓ_k at θ,
+    θ' and, for the proxy terms of rows entering a subsample, at θ*, summed over the moves;
+    ``acceptance_rate``
     and ``scale`` are running values after the last move; ``loglik_var`` is σ̂² of the current
     estimate (pseudo-marginal) or the variance estimate of Δ̂ at decision (austerity,
     barker, two-sample; nan for confidence, 0 when all N rows were read).
@@ -173,6 +191,7 @@ class SubsampleMH(SubsampleStep):
         "n_loglik_evals": (np.int64, []),
         "loglik_var": (np.float64, []),
         "scale": (np.float64, []),
+        "moves": (np.int64, []),
     }
 
     def __init__(self, vars=None, *, test="pseudo-marginal", subsample_size=None, proposal="laplace",
@@ -234,7 +253,9 @@ class SubsampleMH(SubsampleStep):
         # from the last: with thin=1 (the seeds' chain) 100 draws of a random walk are 100 small
         # correlated steps, and their covariance replaced a fitting Laplace one on Skin Segmentation
         self._default_thin = min(MAX_THIN, 2 * d)
+        self._adapt_thin = thin is None
         self.thin = thin if thin is not None else self._default_thin
+        self.warmup_trace = []  # θ after each warm-up draw, for the default thin's τ̂
         self._chunk_size = int(chunk_size)
         self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
         self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
@@ -330,12 +351,15 @@ class SubsampleMH(SubsampleStep):
             moves.append(stats)
         if self.tune and self.proposal_chol is not None and self.thin >= self._default_thin:
             self._adapt_proposal(theta)
+        if self.tune and self._adapt_thin:
+            self.warmup_trace.append(np.array(theta, dtype=float))
         stats = moves[-1] | {
             "accept": float(np.mean([s["accept"] for s in moves])),
             "accepted": bool(not np.array_equal(theta, start)),
             "accepted_fraction": float(np.mean([s["accepted"] for s in moves])),
             "batch_size": int(round(np.mean([s["batch_size"] for s in moves]))),
             "n_loglik_evals": int(sum(s["n_loglik_evals"] for s in moves)),
+            "moves": len(moves),
         }
         return RaveledVars(theta, q0.point_map_info), [stats]
 
@@ -522,6 +546,9 @@ class SubsampleMH(SubsampleStep):
     # ----------------------------------------------------------------- tuning
     def stop_tuning(self):
         super().stop_tuning()
+        if self._adapt_thin:
+            self.thin = adapted_thin(self.warmup_trace, self.thin, self._default_thin)
+            self.warmup_trace = []
         if self.n_steps >= 50 and self.n_accepted / self.n_steps < 0.02:
             warn_poor(f"SubsampleMH ({self.test}) accepted {self.n_accepted / self.n_steps:.1%} of "
                       "proposals during tuning: the chain barely moves. Lengthen tuning, lower `scale`, "
@@ -529,6 +556,22 @@ class SubsampleMH(SubsampleStep):
         if self.test == "pseudo-marginal" and self.current_sigma2 > 3.0:
             warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {self.current_sigma2:.2f} at the end of tuning, "
                       "far above the target ≈ 1; raise subsample_size or proxy_order.")
+
+
+def adapted_thin(warmup_trace, thin, default_thin) -> int:
+    """Moves per draw after warm-up from the last half of the warm-up draws ``warmup_trace``
+    (each ``thin`` moves apart): ``thin`` where their τ̂ = draws / min ESS is at most
+    :data:`THIN_TAU_LIMIT` or where there are fewer than :data:`THIN_MIN_DRAWS` of them, else
+    ⌈thin·τ̂ / THIN_TAU_TARGET⌉, at most THIN_GROWTH_LIMIT × ``default_thin``.
+    """
+    draws = np.asarray(warmup_trace[len(warmup_trace) // 2:], dtype=float)
+    if len(draws) < THIN_MIN_DRAWS:
+        return thin
+    ess = min(float(az.ess(draws[None, :, j])) for j in range(draws.shape[1]))
+    tau = len(draws) / max(ess, 1.0)
+    if not tau > THIN_TAU_LIMIT:
+        return thin
+    return int(min(math.ceil(thin * tau / THIN_TAU_TARGET), THIN_GROWTH_LIMIT * default_thin))
 
 
 def _check_bound_order(bound, proxy_order, use_proxy):
