@@ -87,13 +87,15 @@ def set_up_without_overheads(method):
 
     Why the collector: graph rewriting allocates ~2·10⁵ objects per set-up, which now and then
     triggers a full collection that scans every object of the session (PyMC, PyTensor, SciPy, the
-    user's own): 0.5-0.8 s pauses in one of four warm set-ups of 0.7-1.0 s. Measured on the zoo's
-    linear and logistic models at 10⁶ rows, warm cache, four set-ups each: 1.04-1.81 and
-    0.71-0.73 s as is, 1.00-1.01 and 0.68-0.69 s paused. (``gc.freeze`` of the older objects was
-    slower, 1.12-1.20 and 0.79-0.84 s: full collections of the unfrozen rest then come every few
-    thousand objects.) The set-up's garbage is collected by the next collections after it. A set-up
-    that rewrites graphs for minutes (MvNormal with LKJ) gets its collections back after the pause,
-    so its garbage stays bounded. Where the collector is off already, it stays off.
+    user's own): a 1.1 s pause in one of five warm set-ups of 0.65 s (logistic zoo model, 10⁶ rows;
+    linear: 0.8 s in one of four of 1.0 s). Paused, the set-up's garbage, all in the youngest
+    generation, is collected at its end (``gc.collect(0)``, 0.03 s; left to the next automatic
+    collection, it landed in the user's next call), and a set-up costs the same as the collector's
+    good runs, without the pauses: 0.646-0.669 s against 0.642-0.664 s and 1.72-1.77 s
+    (``gc.freeze`` of the older objects instead was slower, 0.79-0.84 s: full collections of the
+    unfrozen rest then come every few thousand objects). A set-up that rewrites graphs for minutes
+    (MvNormal with LKJ) gets its collections back after the pause, so its garbage stays bounded.
+    Where the collector is off already, it stays off.
 
     Why the stack record: PyTensor walks eight frames and reads their source lines for each of the
     ~10⁴ variables a set-up creates, 11% of a warm set-up's profile (linear, 10⁶ rows); the
@@ -117,6 +119,8 @@ def set_up_without_overheads(method):
         finally:
             timer.cancel()
             gc.enable()
+            # the set-up's garbage now, in its own time, not in the user's next call (0.03 s warm)
+            gc.collect(0)
 
     return lean
 
