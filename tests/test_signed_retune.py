@@ -28,3 +28,18 @@ def test_signed_retunes_when_the_centre_is_far_from_the_mode():
     signs = idata.sample_stats["sign"].values.ravel()
     assert step.a != a0  # re-chosen at the chain's draws
     assert np.mean(signs < 0) < 0.1, np.mean(signs < 0)
+
+
+def test_every_chain_starts_from_the_set_ups_lambda_and_a():
+    """The warm-up re-tuning of λ and a belongs to its chain: the next chain (PyMC calls
+    reset_tuning before each) starts from the set-up's values, not from the last chain's."""
+    X, y = logistic_data(5_000, 3, seed=21)
+    with logistic_model(X, y):
+        step = pms.HMCECS(subsample_size=5, estimator="signed", rng=0, progressbar=False)
+    setup = (step.lam, step.a, step.expected_loglik_var, step.prob_negative, step._kappa)
+    # what a chain's re-tuning does: other pilot differences, other λ and a
+    step._set_block_poisson(mean_d=setup[1] + 3.0, var_d=50.0)
+    assert (step.lam, step.a) != setup[:2]
+    step.reset_tuning()
+    assert (step.lam, step.a, step.expected_loglik_var, step.prob_negative, step._kappa) == setup
+    assert (step.potential.lam, step.potential.a) == setup[:2]

@@ -250,6 +250,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
         if self.estimator == "signed":
             self._set_block_poisson(mean_d, var_d)
+            # every chain starts again from these (reset_tuning); its warm-up re-tunes its own
+            self._setup_block_poisson = self._block_poisson
 
     def _set_size(self, m):
         self.subsample_size = int(m)
@@ -283,12 +285,18 @@ class HMCECS(InnerHMC, SubsampleStep):
 
     def _set_block_poisson(self, mean_d, var_d):
         """λ, a (seed 004 eq. 5.1) from pilot differences; the potential reads them at each call."""
-        lam, a, self.expected_loglik_var, self.prob_negative = choose_block_poisson(
-            self.tall.n_rows, self.subsample_size, mean_d, var_d, self.target_variance
-        )
+        self._use_block_poisson(*choose_block_poisson(
+            self.tall.n_rows, self.subsample_size, mean_d, var_d, self.target_variance))
+
+    def _use_block_poisson(self, lam, a, expected_loglik_var, prob_negative):
+        self.expected_loglik_var, self.prob_negative = expected_loglik_var, prob_negative
         self._kappa = max(1, int(round(lam / self.num_blocks)))
         self.lam, self.a = lam, a
         self.potential.lam, self.potential.a = lam, a
+
+    @property
+    def _block_poisson(self):
+        return self.lam, self.a, self.expected_loglik_var, self.prob_negative
 
     def _retune_signed(self):
         """Re-choose λ and a at the chain's recent warm-up draws, then redraw u.
@@ -386,6 +394,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
         if self._auto_minimum is not None:  # each chain chooses m again from the set-up's choice
             self._set_size(self._setup_size)
+        if self.estimator == "signed":  # and re-tunes λ and a from the set-up's (_retune_signed)
+            self._use_block_poisson(*self._setup_block_poisson)
 
     def stop_tuning(self):
         super().stop_tuning()
