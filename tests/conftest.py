@@ -74,3 +74,13 @@ def normal_population(n, mean, sd):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261123)
+
+
+def ar1_draws(rho, n, d=2, seed=0):
+    """n draws of d independent stationary AR(1) chains with coefficient ρ: known integrated
+    autocorrelation time (1 + ρ)/(1 − ρ), ESS/n → (1 − ρ)/(1 + ρ)."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, d))
+    for t in range(1, n):
+        x[t] = rho * x[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(d)
+    return x

@@ -5,29 +5,21 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from conftest import gaussian_linear_model, logistic_data, logistic_model
+from conftest import ar1_draws, gaussian_linear_model, logistic_data, logistic_model
 
 import pymc_subsample as pms
 from pymc_subsample.diagnostics.run_checks import RunMonitor, ess_check, mean_check, min_ess_fraction
 
 
-def _ar1(rho, n, d=2, seed=0):
-    rng = np.random.default_rng(seed)
-    x = np.zeros((n, d))
-    for t in range(1, n):
-        x[t] = rho * x[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal(d)
-    return x
-
-
 def test_ess_fraction_matches_ar1_theory():
     # AR(1) with ρ: ESS/n → (1 − ρ)/(1 + ρ) = 0.0526 at ρ = 0.9
-    frac = min_ess_fraction(_ar1(0.9, 20_000, d=1))
+    frac = min_ess_fraction(ar1_draws(0.9, 20_000, d=1))
     assert abs(frac - (1 - 0.9) / 1.9) < 0.012
 
 
 def test_monitor_checks_at_doubling_checkpoints_and_warns_once():
     monitor = RunMonitor([ess_check("Step", "Run more draws.")])
-    sticky = _ar1(0.999, 800)
+    sticky = ar1_draws(0.999, 800)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         for t, theta in enumerate(sticky):

@@ -8,6 +8,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from conftest import (
+    ar1_draws,
     gaussian_linear_model,
     logistic_data,
     logistic_model,
@@ -564,27 +565,19 @@ def test_adapted_proposal_keeps_a_laplace_covariance_that_fits_and_replaces_one_
     assert adapted_cholesky(few[:50], 0.1 * wide31) is None
 
 
-def _ar1(phi, n, d, seed):
-    rng = np.random.default_rng(seed)
-    x = np.zeros((n, d))
-    for t in range(1, n):
-        x[t] = phi * x[t - 1] + np.sqrt(1 - phi**2) * rng.standard_normal(d)
-    return x
-
-
 def test_adapted_thin_follows_the_autocorrelation_time_of_the_warm_up_draws():
     from pymc_subsample.step_methods.subsample_mh import THIN_GROWTH_LIMIT, adapted_thin
 
     # independent draws (τ = 1) and mildly correlated ones (AR(1), φ = 0.5: τ = 3) keep thin
     assert adapted_thin(list(np.random.default_rng(0).standard_normal((1000, 3))), 6, 6) == 6
-    assert adapted_thin(list(_ar1(0.5, 1000, 3, 1)), 6, 6) == 6
+    assert adapted_thin(list(ar1_draws(0.5, 1000, 3, 1)), 6, 6) == 6
     # AR(1) with φ = 0.9 in one coordinate: τ = (1 + φ)/(1 − φ) = 19, so thin·19/2 moves; the last
     # half of 2000 draws (the first half is warm-up's own burn-in) estimates τ within ~30%
-    trace = np.column_stack([_ar1(0.9, 2000, 1, seed=2), _ar1(0.0, 2000, 2, seed=3)])
+    trace = np.column_stack([ar1_draws(0.9, 2000, 1, seed=2), ar1_draws(0.0, 2000, 2, seed=3)])
     assert 6 * 19 / 2 * 0.7 <= adapted_thin(list(trace), 6, 6) <= 6 * 19 / 2 * 1.3
     # at most THIN_GROWTH_LIMIT × the default; too few draws to estimate τ̂: unchanged
-    assert adapted_thin(list(_ar1(0.99, 2000, 2, 4)), 6, 6) == THIN_GROWTH_LIMIT * 6
-    assert adapted_thin(list(_ar1(0.99, 150, 2, 5)), 6, 6) == 6
+    assert adapted_thin(list(ar1_draws(0.99, 2000, 2, 4)), 6, 6) == THIN_GROWTH_LIMIT * 6
+    assert adapted_thin(list(ar1_draws(0.99, 150, 2, 5)), 6, 6) == 6
 
 
 def test_default_thin_grows_for_a_slowly_mixing_chain_and_a_given_thin_is_kept(small_model):
