@@ -62,6 +62,42 @@ def test_zoo_rows_gradients_and_no_blockwise(name):
         assert not blockwise, (key, blockwise[:3])
 
 
+@pytest.mark.parametrize("name", ["logistic", "bambi_form", "linear", "student_t", "two_observed",
+                                  "hierarchical_noncentred"])
+def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point(name):
+    """The set-up's J_k = ∂η_k/∂θ (or ∂η_k/∂φ) comes from η at 0 and the unit vectors in one call
+    vectorised over the points (no Blockwise node), and equals one call per point."""
+    from pymc_subsample.model.distributional import distributional_regression
+
+    tall = TallModel(build(name, 2000))
+    view = tall.regression_view
+    batch = tall.gather(np.random.default_rng(0).integers(0, 2000, size=300))
+    if view.phi is None:
+        jacobian, d = view.eta_offset_and_jacobian, tall.ndim
+    else:
+        view.phi.value(tall.initial_theta)  # φ's size
+        jacobian, d = view.phi_offset_and_jacobian, view.phi.size
+    offset, jac = jacobian(batch)
+    function = view._phi_many_function if view.phi is not None else view._many_function
+    assert function is not False, "the vectorised function was not used"
+    assert not [n for n in function.maker.fgraph.apply_nodes if isinstance(n.op, Blockwise)]
+    assert offset.shape == (300, view.n_eta) and jac.shape == (300, view.n_eta, d)
+    # one call per point: a second view of the same model, with the vectorised functions refused
+    looped = distributional_regression(tall)
+    looped._many_function = looped._phi_many_function = False
+    if view.phi is not None:
+        looped.phi.value(tall.initial_theta)
+    offset_loop, jac_loop = (looped.eta_offset_and_jacobian if view.phi is None
+                             else looped.phi_offset_and_jacobian)(batch)
+    np.testing.assert_allclose(offset, offset_loop, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jac, jac_loop, rtol=1e-12, atol=1e-12)
+    # and η at a point equals the offset plus J times it (η is affine)
+    point = np.random.default_rng(1).normal(size=d)
+    at_point = view.eta_at_thetas(point[None], batch)[0] if view.phi is None else \
+        view.eta_at_phis(point[None], batch)[0]
+    np.testing.assert_allclose(at_point, offset + jac @ point, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("step_class", [pms.HMCECS, pms.SubsampleMH])
 def test_potential_is_honoured_and_deterministic_recorded(step_class):
     model = build("deterministic_potential", N)

@@ -98,10 +98,15 @@ class RowFreeParameters:
 
     def split(self, flat) -> list:
         """The pieces of a flat φ (r,), each in its graph's shape and dtype, as inputs of η(φ)."""
+        return [piece[0] for piece in self.split_points(np.asarray(flat)[None])]
+
+    def split_points(self, flats) -> list:
+        """:meth:`split` of k flat φ's (k, r) at once: each piece (k, *shape), for η at k points."""
+        flats = np.asarray(flats)
         out, start = [], 0
         for var, shape in zip(self.inputs, self._shapes, strict=True):
             stop = start + int(np.prod(shape))
-            out.append(np.asarray(flat[start:stop], dtype=var.dtype).reshape(shape))
+            out.append(np.asarray(flats[:, start:stop], dtype=var.dtype).reshape((flats.shape[0], *shape)))
             start = stop
         return out
 
