@@ -62,8 +62,11 @@ def test_zoo_rows_gradients_and_no_blockwise(name):
         assert not blockwise, (key, blockwise[:3])
 
 
-@pytest.mark.parametrize("name", ["logistic", "bambi_form", "linear", "student_t", "two_observed",
-                                  "hierarchical_noncentred"])
+VECTORISED_J = ["logistic", "bambi_form", "linear", "student_t", "two_observed", "deterministic_potential",
+                "hierarchical_centred", "hierarchical_noncentred"]
+
+
+@pytest.mark.parametrize("name", VECTORISED_J)
 def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point(name):
     """The set-up's J_k = ∂η_k/∂θ (or ∂η_k/∂φ) comes from η at 0 and the unit vectors in one call
     vectorised over the points (no Blockwise node), and equals one call per point."""
@@ -96,6 +99,13 @@ def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point
     at_point = view.eta_at_thetas(point[None], batch)[0] if view.phi is None else \
         view.eta_at_phis(point[None], batch)[0]
     np.testing.assert_allclose(at_point, offset + jac @ point, rtol=1e-10, atol=1e-10)
+    # the set-up's gradient Σ J_kᵀ∇f_k (small d) equals the reverse pass through η
+    theta = tall.initial_theta + 0.1
+    first = view.row_terms(theta, batch).first
+    rows = (batch[0].shape[0],)
+    first = [np.broadcast_to(np.asarray(g, dtype=float), rows) for g in first]
+    np.testing.assert_allclose(view.sums(theta, batch, hessian=False)[1], view.eta_vjp(first, batch, theta),
+                               rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("step_class", [pms.HMCECS, pms.SubsampleMH])

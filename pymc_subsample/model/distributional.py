@@ -38,6 +38,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
+from pytensor.compile.ops import ViewOp
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
@@ -68,6 +69,11 @@ LINKS = {
 #: a parameter the graph writes as exp(x) or sigmoid(x) has η = x exactly (no round trip)
 _WRITTEN_THROUGH = {Exp: "log", Sigmoid: "logit"}
 _CHECK_ROWS = 8
+#: up to this many parameters the set-up's gradient passes take Σ_k J_kᵀ∇f_k with J from the
+#: vectorised η, which the Hessian pass needs anyway, instead of compiling a reverse pass of their own
+#: (`eta_vjp`: 0.74 s of a first run's 7.3 s on the d = 2 zoo model); above, the reverse pass,
+#: O(m d) per chunk against J's O(m d²)
+JACOBIAN_GRADIENT_MAX_D = 8
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
@@ -291,23 +297,25 @@ class DistributionalRegression:
 
     def sums(self, theta, batch, hessian=True):
         """Σ_k f(y_k, η_k), Σ_k ∇ℓ_k and (with ``hessian``) Σ_k H_k in θ over ``batch`` at θ, from one
-        call of the elementwise function. The gradient alone by one reverse pass through η
-        (:meth:`eta_vjp`), which at 10⁶ rows and d = 30 is ~30× cheaper than J. The Hessian with η's
-        exact Jacobian (d + 1 evaluations of η), Σ_k J_kᵀ F''_k J_k; where η is affine in φ(θ)
-        instead, by the chain rule from :meth:`phi_sums`: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. The gradient
-        alone takes the reverse pass there too: J in φ costs r + 1 evaluations of η per chunk (r = 21
-        on the non-centred zoo model, whose default centre makes ~15 gradient passes at 10⁶ rows).
+        call of the elementwise function and η's exact Jacobian J (η at 0 and the d unit vectors, one
+        vectorised call): Σ_k J_kᵀ∇f_k and Σ_k J_kᵀ F''_k J_k. The gradient alone, for more than
+        :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η instead
+        (:meth:`eta_vjp`, O(m d) against J's O(m d²)); where η is affine in φ(θ), always (J in φ
+        is r + 1 points, r = 21 on the non-centred zoo model, whose default centre makes ~15
+        gradient passes at 10⁶ rows), and the Hessian by the chain rule from :meth:`phi_sums`:
+        Dφᵀ B Dφ + Σ_i A_i ∇²φ_i.
         """
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
             dphi = self.phi.jacobian(theta)
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
-        if not hessian:
+        if not hessian and (self.phi is not None or self.tall.ndim > JACOBIAN_GRADIENT_MAX_D):
             return total, self.eta_vjp(first, batch, theta)
         _, jac = self.eta_offset_and_jacobian(batch)
-        grad = np.einsum("kj,kjd->d", np.column_stack(first), jac)
-        return total, grad, _sandwich(jac, curvature)
+        m, p, d = jac.shape
+        grad = jac.reshape(m * p, d).T @ np.column_stack(first).reshape(m * p)
+        return (total, grad, _sandwich(jac, curvature)) if hessian else (total, grad)
 
     def phi_sums(self, theta, batch):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
@@ -364,6 +372,11 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     """
     points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
               for x in inputs]
+    # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the
+    # value itself is what η needs
+    views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
+    graphs = pytensor.graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
+                                    strict=False)
     try:
         outputs = vectorize_graph(list(graphs), dict(zip(inputs, points, strict=True)))
         function = compile_function([*points, *batch_inputs], outputs)
