@@ -81,15 +81,19 @@ def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point
         view.phi.value(tall.initial_theta)  # φ's size
         jacobian, d = view.phi_offset_and_jacobian, view.phi.size
     offset, jac = jacobian(batch)
-    function = view._phi_many_function if view.phi is not None else view._many_function
+    function = (view._phi_points if view.phi is not None else view._theta_points).vectorised
     assert function is not False, "the vectorised function was not used"
     assert not [n for n in function.maker.fgraph.apply_nodes if isinstance(n.op, Blockwise)]
     assert offset.shape == (300, view.n_eta) and jac.shape == (300, view.n_eta, d)
     # one call per point: a second view of the same model, with the vectorised functions refused
     looped = distributional_regression(tall)
-    looped._many_function = looped._phi_many_function = False
     if view.phi is not None:
         looped.phi.value(tall.initial_theta)
+        looped.eta_at_phis(np.zeros((1, d)), batch)
+        looped._phi_points.vectorised = False
+    else:
+        looped.eta_at_thetas(np.zeros((1, d)), batch)
+        looped._theta_points.vectorised = False
     offset_loop, jac_loop = (looped.eta_offset_and_jacobian if view.phi is None
                              else looped.phi_offset_and_jacobian)(batch)
     np.testing.assert_allclose(offset, offset_loop, rtol=1e-12, atol=1e-12)

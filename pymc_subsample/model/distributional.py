@@ -54,6 +54,7 @@ from pymc_subsample.model.row_free import RowFreeParameters, row_free_frontier
 __all__ = [
     "LINKS",
     "DistributionalRegression",
+    "PointsFunction",
     "RowTerms",
     "affine_view",
     "distributional_regression",
@@ -162,14 +163,13 @@ class DistributionalRegression:
         self.tall = tall
         # η affine in θ (None), or in the row-free values φ(θ) its graph reads (RowFreeParameters)
         self.phi = phi
-        self._phi_function = None
         self._terms = terms  # (random variable op, parameters: η index or constant graph, y)
         self.eta_rows = eta_rows
         self.links = links
         # η in NumPy from the parameters' graphs of the link check, compiled with C on first use
         self._raw_graphs, self._raw_to_eta = raw_graphs, raw_to_eta
-        self._raw_function = None  # compiled on first use (the link check ran without C)
-        self._many_function = self._phi_many_function = None  # k points at once (_vectorised_function)
+        # η at k points at once, compiled on first use (the link check ran without C)
+        self._theta_points = self._phi_points = None
         self._terms_function = None
         self._vjp_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
@@ -212,26 +212,15 @@ class DistributionalRegression:
         return self.eta_at_thetas(np.asarray(theta)[None], batch)[0]
 
     def eta_at_thetas(self, thetas, batch) -> np.ndarray:
-        """η_k at each row of ``thetas`` (k, d), shape (k, m, p): one call of a function vectorised
-        over the k points where PyTensor can write it without a Blockwise node, else k calls.
+        """η_k at each row of ``thetas`` (k, d), shape (k, m, p), in one call where PyTensor can
+        vectorise η's graph over the points (:class:`PointsFunction`).
         """
-        thetas = np.asarray(thetas, dtype=self.tall.theta.dtype)
-        if self._many_function is None:
-            self._many_function = _vectorised_function(
-                [self.tall.theta], self._raw_graphs, self.tall.batch_inputs) or False
-        if self._many_function is not False:
-            raw = self._many_function(thetas, *batch)
-            if all(np.shape(v)[:1] == thetas.shape[:1] and np.ndim(v) == 2 for v in raw):
-                return np.stack([forward(np.asarray(v, dtype=float))
-                                 for forward, v in zip(self._raw_to_eta, raw, strict=True)], axis=-1)
-            self._many_function = False  # a parameter not given per row: one call per point
-        if self._raw_function is None:
-            inputs = [self.tall.theta, *self.tall.batch_inputs]
-            self._raw_function = compile_function(inputs, self._raw_graphs)
-        forwards = self._raw_to_eta
-        return np.stack([np.column_stack([forward(np.asarray(v, dtype=float)) for forward, v in
-                                          zip(forwards, self._raw_function(theta, *batch), strict=True)])
-                         for theta in thetas])
+        if self._theta_points is None:
+            dtype = self.tall.theta.dtype
+            self._theta_points = PointsFunction([self.tall.theta], self._raw_graphs, self.tall.batch_inputs,
+                                                lambda points: [np.asarray(points, dtype=dtype)])
+        raw = self._theta_points(thetas, batch)
+        return np.stack([forward(v) for forward, v in zip(self._raw_to_eta, raw, strict=True)], axis=-1)
 
     def eta_offset_and_jacobian(self, batch):
         """(η_k(0) (m, p), J_k (m, p, d)) from η at 0 and the d unit vectors, exact because η is
@@ -245,27 +234,12 @@ class DistributionalRegression:
 
     def eta_at_phis(self, phis, batch) -> np.ndarray:
         """η_k at each row of ``phis`` (k, r), shape (k, m, p), as :meth:`eta_at_thetas`."""
-        phis = np.asarray(phis, dtype=float)
-        eta_phi = None
-        if self._phi_many_function is None:
-            eta_phi = self._eta_phi_graphs()
-            self._phi_many_function = _vectorised_function(
-                self.phi.inputs, eta_phi, self.tall.batch_inputs) or False
-        if self._phi_many_function is not False:
-            raw = self._phi_many_function(*self.phi.split_points(phis), *batch)
-            if all(np.shape(v)[:1] == phis.shape[:1] and np.ndim(v) == 2 for v in raw):
-                return np.stack([np.asarray(v, dtype=float) for v in raw], axis=-1)
-            self._phi_many_function = False
-        if self._phi_function is None:
-            inputs = [*self.phi.inputs, *self.tall.batch_inputs]
-            self._phi_function = compile_function(inputs, eta_phi or self._eta_phi_graphs())
-        return np.stack([np.column_stack([np.asarray(v, dtype=float)
-                                          for v in self._phi_function(*self.phi.split(phi), *batch)])
-                         for phi in phis])
-
-    def _eta_phi_graphs(self):
-        return pytensor.graph_replace(self.eta_rows, dict(zip(self.phi.graphs, self.phi.inputs)),
-                                      strict=False)
+        if self._phi_points is None:
+            eta_phi = pytensor.graph_replace(self.eta_rows, dict(zip(self.phi.graphs, self.phi.inputs)),
+                                             strict=False)
+            self._phi_points = PointsFunction(self.phi.inputs, eta_phi, self.tall.batch_inputs,
+                                              self.phi.split_points)
+        return np.stack(self._phi_points(phis, batch), axis=-1)
 
     def phi_offset_and_jacobian(self, batch):
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
@@ -359,6 +333,39 @@ def _sandwich(jac, curvature):
     m, p, d = jac.shape
     weighted = np.einsum("kjl,kld->kjd", curvature, jac)
     return jac.reshape(m * p, d).T @ weighted.reshape(m * p, d)
+
+
+class PointsFunction:
+    """Per-row ``graphs`` of ``inputs`` and the batch, evaluated at k points at once: one call of the
+    graphs vectorised over the points where PyTensor writes that without a Blockwise node
+    (:func:`_vectorised_function`), else one call per point (compiled on first need).
+
+    ``split_points`` maps k flat points (k, n) to one array per input, each (k, *shape).
+    """
+
+    def __init__(self, inputs, graphs, batch_inputs, split_points):
+        self._inputs, self._graphs, self._batch_inputs = list(inputs), list(graphs), list(batch_inputs)
+        self._split_points = split_points
+        self.vectorised = None  # the compiled function, or False where refused
+        self._single = None
+
+    def __call__(self, points, batch) -> list:
+        """One (k, m) array per graph."""
+        points = np.asarray(points, dtype=float)
+        shape = (points.shape[0], np.shape(batch[0])[0])
+        if self.vectorised is None:
+            self.vectorised = _vectorised_function(self._inputs, self._graphs, self._batch_inputs) or False
+        if self.vectorised is not False:
+            values = self.vectorised(*self._split_points(points), *batch)
+            if all(np.shape(v) == shape for v in values):
+                return [np.asarray(v, dtype=float) for v in values]
+            self.vectorised = False  # a graph not given per row: one call per point
+        if self._single is None:
+            self._single = compile_function([*self._inputs, *self._batch_inputs], self._graphs)
+        per_point = [self._single(*[a[0] for a in self._split_points(point[None])], *batch)
+                     for point in points]
+        return [np.stack([np.asarray(values[j], dtype=float) for values in per_point])
+                for j in range(len(self._graphs))]
 
 
 def _vectorised_function(inputs, graphs, batch_inputs):
