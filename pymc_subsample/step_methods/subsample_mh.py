@@ -10,13 +10,12 @@ import math
 import warnings
 from typing import Any
 
-import arviz as az
 import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
-from pymc_subsample.diagnostics.run_checks import mean_check
+from pymc_subsample.diagnostics.run_checks import mean_check, min_ess_fraction
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.kernels import mh_tests
 from pymc_subsample.kernels.proposals import (
@@ -175,10 +174,9 @@ class SubsampleMH(SubsampleStep):
     its moves accepted; ``batch_size`` the mean rows read per decision; ``moves`` the MH
     moves of the draw (``thin``); ``n_loglik_evals`` counts per-row evaluations of ℓ_k at θ,
     θ' and, for the proxy terms of rows entering a subsample, at θ*, summed over the moves;
-    ``acceptance_rate``
-    and ``scale`` are running values after the last move; ``loglik_var`` is σ̂² of the current
-    estimate (pseudo-marginal) or the variance estimate of Δ̂ at decision (austerity,
-    barker, two-sample; nan for confidence, 0 when all N rows were read).
+    ``acceptance_rate`` and ``scale`` are running values after the last move; ``loglik_var``
+    is σ̂² of the current estimate (pseudo-marginal) or the variance estimate of Δ̂ at
+    decision (austerity, barker, two-sample; nan for confidence, 0 when all N rows were read).
     """
 
     _state_class = SubsampleMHState
@@ -567,8 +565,7 @@ def adapted_thin(warmup_trace, thin, default_thin) -> int:
     draws = np.asarray(warmup_trace[len(warmup_trace) // 2:], dtype=float)
     if len(draws) < THIN_MIN_DRAWS:
         return thin
-    ess = min(float(az.ess(draws[None, :, j])) for j in range(draws.shape[1]))
-    tau = len(draws) / max(ess, 1.0)
+    tau = 1.0 / max(min_ess_fraction(draws), 1.0 / len(draws))  # nan (constant draws): kept
     if not tau > THIN_TAU_LIMIT:
         return thin
     return int(min(math.ceil(thin * tau / THIN_TAU_TARGET), THIN_GROWTH_LIMIT * default_thin))
