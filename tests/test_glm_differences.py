@@ -147,7 +147,7 @@ def test_eta_hessian_sums_equal_the_model_graphs(name):
     rows, grads = tall.loglik_rows_and_grads(theta, batch)
     assert total == pytest.approx(rows.sum(), rel=1e-12)
     np.testing.assert_allclose(grad, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
-    # the gradient alone (no Hessian) by reverse mode through η, and the value alone
+    # the gradient alone (no Hessian): Σ J_kᵀ∇f_k for d ≤ 8, else reverse mode through η; the value alone
     value_only, grad_only = tall.loglik_sum_value_and_grad(theta, batch)
     assert value_only == total and tall.loglik_sum_value(theta, batch) == (total,)
     np.testing.assert_allclose(grad_only, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
