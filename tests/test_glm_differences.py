@@ -164,8 +164,8 @@ def test_a_failed_check_keeps_the_hessian_vector_products(monkeypatch):
 
 
 def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monkeypatch):
-    """Above ETA_HESSIAN_MAX_ROWS the set-up Hessians come from the products (J from η would cost
-    d + 1 passes of η per chunk), while the estimator still uses the GLM view."""
+    """Above ETA_HESSIAN_MAX_ROWS (none by default) the set-up Hessians come from the products,
+    while the estimator still uses the GLM view."""
     import pymc_subsample.model.tall as tall_module
 
     monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)

@@ -33,8 +33,10 @@ __all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
 _CHECK_ROWS = 6  # rows used by the row-independence check at construction
 #: a distributional regression of up to this many rows takes its set-up Σ H_k from η
-#: (TallModel.regression_view)
-ETA_HESSIAN_MAX_ROWS = 1_000_000
+#: (TallModel.regression_view); None: any number. It was 10⁶ while J took d + 1 calls of η per
+#: chunk; with one vectorised call the η path is the faster at 10⁷ rows too (d = 31: set-up 14.0
+#: against 18.7 s from npy, 66.3 against 72.2 s from zarr)
+ETA_HESSIAN_MAX_ROWS = None
 
 
 class TallModel:
@@ -314,7 +316,8 @@ class TallModel:
         return self._eta_sums
 
     def _eta_candidate(self) -> bool:
-        return self.n_rows <= ETA_HESSIAN_MAX_ROWS and self._candidate_view() is not None
+        within = ETA_HESSIAN_MAX_ROWS is None or self.n_rows <= ETA_HESSIAN_MAX_ROWS
+        return within and self._candidate_view() is not None
 
     def model_loglik_sum(self, theta, batch) -> float:
         """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks on a few rows):
@@ -338,12 +341,13 @@ class TallModel:
         scale, a NegativeBinomial) when its f gives the model's own rows (checked numerically);
         else None.
 
-        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows its set-up sums come from η (:meth:`_uses_eta_sums`):
-        9 fewer C modules of 41 on a logistic regression's first run, about 4 s (1.6× → 1.1× NUTS's
-        cold start). J then costs d + 1 evaluations of η per chunk, more than the vectorised
-        Hessian-vector products at large N (measured at 10⁷ rows, d = 31: set-up 45 s against
-        26.5 s), where a one-off compilation matters less; so past that size the set-up function
-        keeps the products.
+        Up to :data:`ETA_HESSIAN_MAX_ROWS` rows (any number by default) its set-up sums come from η
+        (:meth:`_uses_eta_sums`): 9 fewer C modules of 41 on a logistic regression's first run,
+        about 4 s (1.6× → 1.1× NUTS's cold start), and with J from one vectorised call of η per
+        chunk, faster passes than the set-up function's Hessian-vector products (10⁶ rows, d = 30:
+        Hessian pass 0.24 against 0.30 s; 10⁷ rows from npy: set-up 14.0 against 18.7 s). When J took
+        d + 1 calls per chunk, the products were the faster at 10⁷ rows (45 against 26.5 s) and
+        the limit was 10⁶.
         """
         if not self._regression_view_checked:
             view = self._candidate_view()
