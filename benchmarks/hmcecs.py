@@ -178,17 +178,11 @@ def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
         X, y = logistic_data(n_rows, d, seed=3)
         with logistic_model(X, y):
             step = pms.HMCECS(subsample_size=args.m, num_blocks=100)
-            seconds = {}
             # the first run pays the one-off compilations: PyMC's, and Numba's of ArviZ's ESS, which
             # the run checks call first at 100 draws after warm-up (0.25 s; when a 10-draw first
             # run left it to the `draws` run, the difference below came out 0.12 ms too low at d = 4)
-            for n in (210, draws, 2 * draws):
-                t = time.perf_counter()
-                idata = pm.sample(step=step, draws=n, tune=500, chains=1, random_seed=1,
-                                  progressbar=False, compute_convergence_checks=False)
-                seconds[n] = time.perf_counter() - t
+            per_iter, idata = marginal_seconds_per_draw(step, draws, first=210)
             floor, leapfrogs = nuts_bookkeeping(step, draws)
-        per_iter = (seconds[2 * draws] - seconds[draws]) / draws
         evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
         print(f"| {d} | {1e3 * per_iter:.2f} | {evals:.1f} | {1e6 * per_iter / evals:.0f} | "
               f"{1e3 * floor:.3f} ({leapfrogs:.1f}) |")
@@ -218,13 +212,21 @@ def nuts_bookkeeping(step, draws):
     cov = np.linalg.inv(precision)
     nuts = pm.NUTS(logp_dlogp_func=_GaussianPotential(step.proxy.center, precision), scaling=cov,
                    is_cov=True)
+    per_iter, idata = marginal_seconds_per_draw(nuts, draws, first=10)
+    return per_iter, float(idata.sample_stats["n_steps"].mean())
+
+
+def marginal_seconds_per_draw(step, draws, first):
+    """(seconds per draw, the last run): runs of ``first``, ``draws`` and ``2 * draws`` draws
+    after the same 500 warm-up; the difference of the last two divided by ``draws`` is the cost of
+    one more draw, without the one-off costs that the first run pays."""
     seconds = {}
-    for n in (10, draws, 2 * draws):
+    for n in (first, draws, 2 * draws):
         t = time.perf_counter()
-        idata = pm.sample(step=nuts, draws=n, tune=500, chains=1, random_seed=1, progressbar=False,
+        idata = pm.sample(step=step, draws=n, tune=500, chains=1, random_seed=1, progressbar=False,
                           compute_convergence_checks=False)
         seconds[n] = time.perf_counter() - t
-    return (seconds[2 * draws] - seconds[draws]) / draws, float(idata.sample_stats["n_steps"].mean())
+    return (seconds[2 * draws] - seconds[draws]) / draws, idata
 
 
 def main(args):

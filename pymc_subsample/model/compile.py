@@ -106,21 +106,21 @@ def set_up_without_overheads(method):
 
     @functools.wraps(method)
     def lean(*args, **kwargs):
-        if not gc.isenabled():  # off already (by the user, or by an enclosing set-up)
-            with pytensor.config.change_flags(traceback__limit=0):
-                return method(*args, **kwargs)
-        gc.disable()
-        timer = threading.Timer(COLLECTOR_PAUSE_SECONDS, gc.enable)
-        timer.daemon = True
-        timer.start()
+        pause = gc.isenabled()  # else off already (by the user, or by an enclosing set-up)
+        if pause:
+            gc.disable()
+            timer = threading.Timer(COLLECTOR_PAUSE_SECONDS, gc.enable)
+            timer.daemon = True
+            timer.start()
         try:
             with pytensor.config.change_flags(traceback__limit=0):
                 return method(*args, **kwargs)
         finally:
-            timer.cancel()
-            gc.enable()
-            # the set-up's garbage now, in its own time, not in the user's next call (0.03 s warm)
-            gc.collect(0)
+            if pause:
+                timer.cancel()
+                gc.enable()
+                # the set-up's garbage now, in its own time, not in the user's next call (0.03 s warm)
+                gc.collect(0)
 
     return lean
 

@@ -65,7 +65,6 @@ class SubsampleMHState(SubsampleStepState):
     warmup_draws: Any = None
     proposal_chol: Any = None
     thin: int = 1
-    warmup_trace: Any = None
 
 
 class SubsampleMH(SubsampleStep):
@@ -253,7 +252,6 @@ class SubsampleMH(SubsampleStep):
         self._default_thin = min(MAX_THIN, 2 * d)
         self._adapt_thin = thin is None
         self.thin = thin if thin is not None else self._default_thin
-        self.warmup_trace = []  # θ after each warm-up draw, for the default thin's τ̂
         self._chunk_size = int(chunk_size)
         self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
         self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
@@ -347,10 +345,8 @@ class SubsampleMH(SubsampleStep):
         for _ in range(self.thin):
             theta, stats = self._move(theta)
             moves.append(stats)
-        if self.tune and self.proposal_chol is not None and self.thin >= self._default_thin:
-            self._adapt_proposal(theta)
-        if self.tune and self._adapt_thin:
-            self.warmup_trace.append(np.array(theta, dtype=float))
+        if self.tune:
+            self._record_warmup_draw(theta)
         stats = moves[-1] | {
             "accept": float(np.mean([s["accept"] for s in moves])),
             "accepted": bool(not np.array_equal(theta, start)),
@@ -361,7 +357,18 @@ class SubsampleMH(SubsampleStep):
         }
         return RaveledVars(theta, q0.point_map_info), [stats]
 
-    def _adapt_proposal(self, theta):
+    def _record_warmup_draw(self, theta):
+        """Keep a warm-up draw for what adapts from them: the default ``thin`` (every warm-up draw,
+        :func:`adapted_thin` at the end of warm-up) and the proposal's covariance
+        (:meth:`_adapt_proposal`, up to its last comparison at COVARIANCE_AT[-1] draws).
+        """
+        covariance = self.proposal_chol is not None and self.thin >= self._default_thin
+        if self._adapt_thin or (covariance and len(self.warmup_draws) < COVARIANCE_AT[-1]):
+            self.warmup_draws.append(np.array(theta, dtype=float))
+            if covariance and len(self.warmup_draws) in COVARIANCE_AT:
+                self._adapt_proposal()
+
+    def _adapt_proposal(self):
         """Warm-up only (the kernel is fixed after it), with ``proposal="laplace"`` and each draw at
         least the default ``thin`` moves: at COVARIANCE_AT draws, the covariance of the second half
         of the warm-up draws so far replaces the proposal's where the two disagree by more than the
@@ -369,12 +376,7 @@ class SubsampleMH(SubsampleStep):
         Measured on the non-centred hierarchical model: with the Laplace covariance an ESS of 2 of
         1500 draws; with the posterior's, 296-674; with the adapted one, 217-787.
         """
-        if len(self.warmup_draws) >= COVARIANCE_AT[-1]:
-            return  # no comparison is left: a long warm-up keeps no more draws
-        self.warmup_draws.append(np.array(theta, dtype=float))
         k = len(self.warmup_draws)
-        if k not in COVARIANCE_AT:
-            return
         chol = adapted_cholesky(self.warmup_draws[k // 2:], self.proposal_chol)
         if chol is not None:
             self.proposal_chol = chol
@@ -545,8 +547,8 @@ class SubsampleMH(SubsampleStep):
     def stop_tuning(self):
         super().stop_tuning()
         if self._adapt_thin:
-            self.thin = adapted_thin(self.warmup_trace, self.thin, self._default_thin)
-            self.warmup_trace = []
+            self.thin = adapted_thin(self.warmup_draws, self.thin, self._default_thin)
+        self.warmup_draws = []
         if self.n_steps >= 50 and self.n_accepted / self.n_steps < 0.02:
             warn_poor(f"SubsampleMH ({self.test}) accepted {self.n_accepted / self.n_steps:.1%} of "
                       "proposals during tuning: the chain barely moves. Lengthen tuning, lower `scale`, "
@@ -556,13 +558,13 @@ class SubsampleMH(SubsampleStep):
                       "far above the target ≈ 1; raise subsample_size or proxy_order.")
 
 
-def adapted_thin(warmup_trace, thin, default_thin) -> int:
-    """Moves per draw after warm-up from the last half of the warm-up draws ``warmup_trace``
+def adapted_thin(warmup_draws, thin, default_thin) -> int:
+    """Moves per draw after warm-up from the last half of the warm-up draws ``warmup_draws``
     (each ``thin`` moves apart): ``thin`` where their τ̂ = draws / min ESS is at most
     :data:`THIN_TAU_LIMIT` or where there are fewer than :data:`THIN_MIN_DRAWS` of them, else
     ⌈thin·τ̂ / THIN_TAU_TARGET⌉, at most THIN_GROWTH_LIMIT × ``default_thin``.
     """
-    draws = np.asarray(warmup_trace[len(warmup_trace) // 2:], dtype=float)
+    draws = np.asarray(warmup_draws[len(warmup_draws) // 2:], dtype=float)
     if len(draws) < THIN_MIN_DRAWS:
         return thin
     tau = 1.0 / max(min_ess_fraction(draws), 1.0 / len(draws))  # nan (constant draws): kept
