@@ -580,6 +580,39 @@ def test_adapted_thin_follows_the_autocorrelation_time_of_the_warm_up_draws():
     assert adapted_thin(list(ar1_draws(0.99, 150, 2, 5)), 6, 6) == 6
 
 
+def test_adapted_thin_reads_the_draws_of_the_last_proposal():
+    from pymc_subsample.step_methods.subsample_mh import adapted_thin
+
+    # 700 draws of a slow proposal (AR(1), φ = 0.99), then 300 independent ones after the
+    # proposal's last change at draw 700: the kernel that samples on mixes, thin stays; the last
+    # half (draws 500-999, 200 of them slow) would have grown it
+    trace = np.concatenate([ar1_draws(0.99, 700, 2, 6), np.random.default_rng(7).standard_normal((300, 2))])
+    assert adapted_thin(list(trace), 6, 6, since=700) == 6
+    assert adapted_thin(list(trace), 6, 6) > 6
+    # fewer than THIN_MIN_DRAWS since the change: the last half, as without a change
+    assert adapted_thin(list(trace), 6, 6, since=950) == adapted_thin(list(trace), 6, 6)
+
+
+def test_proposal_covariance_is_compared_every_hundred_warm_up_draws(small_model, monkeypatch):
+    """To the end of warm-up, not only at 100, 200 and 400 draws: on a ridge the first
+    replacement comes from draws that have not crossed it (Bambi's (1|group), 50 groups: ESS 5
+    of 1000 draws with three comparisons, ≥ 129 with one every 100, tests/test_zoo.py)."""
+    import pymc_subsample.step_methods.subsample_mh as subsample_mh
+
+    seen = []
+
+    def record(draws, chol, **kwargs):
+        seen.append(len(draws))
+        return None
+
+    monkeypatch.setattr(subsample_mh, "adapted_cholesky", record)
+    with small_model:
+        step = SubsampleMH(center=np.zeros(2), subsample_size=50, num_blocks=10)
+        pm.sample(step=step, draws=5, tune=700, chains=1, random_seed=3, progressbar=False,
+                  compute_convergence_checks=False)
+    assert seen == [k // 2 for k in range(100, 701, 100)]  # the last half of the draws so far
+
+
 def test_default_thin_grows_for_a_slowly_mixing_chain_and_a_given_thin_is_kept(small_model):
     """A random walk with a fixed scale 20× too small mixes slowly; the default thin grows at the
     end of warm-up (visible in the ``moves`` stat), each chain from the default again, and a thin
