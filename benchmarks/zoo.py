@@ -11,6 +11,11 @@ process:
 - one full-data gradient: PyMC's own ``logp_dlogp_function`` on all N rows (what full-data
   NUTS pays per leapfrog step), and the ratio.
 
+Then, in a new process on the same (now warm) PyTensor cache, what a user's second run of a script
+costs: constructing ``pms.HMCECS()`` against PyMC's ``logp_dlogp_function``, in full-gradient passes
+(our compiled functions are kept on disk with their rewritten graphs, PyMC's graphs are rewritten
+again in every process: ``pymc_subsample/model/function_cache.py``).
+
 ``--cold`` also measures, each in a subprocess with an empty PyTensor cache, the time from
 ``pm.sample`` with HMCECS to the end of a 1-draw run against the same for PyMC's NUTS.
 
@@ -80,6 +85,32 @@ print(time.perf_counter() - t)
 """
 
 
+NEW_PROCESS = """
+import time, warnings, sys
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {tests!r})
+from zoo import build
+import pymc as pm, pymc_subsample as pms
+model = build({name!r}, {rows})
+with model:
+    t = time.perf_counter()
+    pms.HMCECS(rng=0)
+    ours = time.perf_counter() - t
+    t = time.perf_counter()
+    model.logp_dlogp_function(ravel_inputs=True)
+    print(ours, time.perf_counter() - t)
+"""
+
+
+def new_process(name, n_rows):
+    """(HMCECS's set-up, PyMC's logp_dlogp_function) seconds in a new process, warm PyTensor cache."""
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    code = NEW_PROCESS.format(tests=tests, name=name, rows=n_rows)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ours, nuts = out.stdout.strip().splitlines()[-1].split()
+    return float(ours), float(nuts)
+
+
 def cold(name, n_rows, ours):
     """Seconds from ``pm.sample`` to the first draw in a fresh process with an empty PyTensor cache,
     and the CPU seconds of that process and its compilers (start-up and imports included). On a
@@ -110,13 +141,16 @@ def main():
                    if args.cold else "")
     print("\n| model | d | set-up first / warm (s) | warm set-up in full-gradient passes | PyMC's warm "
           "logp_dlogp_function in passes | ms per leapfrog (default m) | full-data gradient (ms) | "
-          "full / leapfrog |" + cold_column)
-    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if args.cold else ""))
+          "full / leapfrog | new process, warm cache: HMCECS / PyMC's logp_dlogp_function set-up in "
+          "passes |" + cold_column)
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if args.cold else ""))
     for name in args.models:
         r = measure(name, args.rows)
         line = (f"| {name} | {r['d']} | {r['first']:.1f} / {r['warm']:.1f} | {r['passes']:.0f} | "
                 f"{r['nuts_passes']:.0f} | "
                 f"{r['leap'] * 1e3:.3f} ({r['m']}) | {r['full'] * 1e3:.1f} | {r['full'] / r['leap']:.0f} |")
+        ours, nuts = new_process(name, args.rows)
+        line += f" {ours / r['full']:.0f} / {nuts / r['full']:.0f} ({ours:.2f} / {nuts:.2f} s) |"
         if args.cold:
             (ours, ours_cpu), (nuts, nuts_cpu) = cold(name, args.rows, True), cold(name, args.rows, False)
             line += (f" {ours:.0f} / {nuts:.0f} = {ours / nuts:.1f}× | {ours_cpu:.0f} / {nuts_cpu:.0f} = "

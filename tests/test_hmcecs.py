@@ -133,6 +133,31 @@ def test_reduces_to_full_data_hmc_with_all_rows_and_exact_proxy():
         assert_moments(draws[:, j], mean[j], cov[j, j], ess[j])
 
 
+def test_laplace_metric_draws_pymcs_momenta_and_is_the_default_metric():
+    """LaplaceMetric draws p = L⁻ᵀz by a product; PyMC's QuadPotentialFull by a triangular solve:
+    from the same generator the momenta agree to rounding, and their covariance is M = (LLᵀ)⁻¹."""
+    from pymc.step_methods.hmc.quadpotential import QuadPotentialFull
+
+    from pymc_subsample.step_methods.inner_hmc import LaplaceMetric
+
+    a = np.random.default_rng(0).normal(size=(4, 4))
+    cov = a @ a.T + np.diag([0.1, 1.0, 2.0, 5.0])
+    ours, pymcs = LaplaceMetric(cov, rng=3), QuadPotentialFull(cov, rng=3)
+    for _ in range(5):
+        np.testing.assert_allclose(ours.random(), pymcs.random(), rtol=1e-10, atol=1e-12)
+    draws = np.array([ours.random() for _ in range(20_000)])
+    precision = np.linalg.inv(cov)
+    # each entry of the sample covariance within 5 standard errors, Var(p_i p_j) = M_ii M_jj + M_ij²
+    se = np.sqrt((np.outer(np.diag(precision), np.diag(precision)) + precision**2) / len(draws))
+    assert np.all(np.abs(np.cov(draws.T) - precision) < 5 * se)
+    x = np.random.default_rng(1).normal(size=4)
+    np.testing.assert_allclose(ours.velocity(x), cov @ x)
+    model, _, _ = gaussian_linear_model(n=300, d=2)
+    with model:
+        assert isinstance(pms.HMCECS(subsample_size=300, mass_matrix="laplace", rng=0).inner.potential,
+                          LaplaceMetric)
+
+
 @pytest.fixture(scope="module")
 def small_logistic():
     X, y = logistic_data(20_000, 3, seed=5)

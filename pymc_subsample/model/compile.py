@@ -27,10 +27,13 @@ import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode, get_default_mode
 
+from pymc_subsample.model import function_cache
+
 __all__ = [
     "PYTHON_LINKER",
     "SLOW_REWRITES",
     "compile_function",
+    "compile_python",
     "precompiled_header_flags",
     "set_up_without_overheads",
 ]
@@ -65,14 +68,31 @@ SLOW_REWRITES = ("local_greedy_distributor",)
 PYTHON_LINKER = Mode(linker="py", optimizer="fast_compile")
 
 
-def compile_function(inputs, outputs, *, exclude=(), **kwargs):
+def compile_function(inputs, outputs, *, exclude=()):
     """``pytensor.function`` with ``trust_input=True``, compiled against the precompiled header,
-    without the graph rewrites named in ``exclude`` (e.g. :data:`SLOW_REWRITES`).
+    without the graph rewrites named in ``exclude`` (e.g. :data:`SLOW_REWRITES`), or the same
+    function rewritten by an earlier process (:mod:`~pymc_subsample.model.function_cache`).
     """
-    if exclude:
-        kwargs["mode"] = get_default_mode().excluding(*exclude)
-    with _precompiled_headers():
-        return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
+    kwargs = {"mode": get_default_mode().excluding(*exclude)} if exclude else {}
+
+    def compile_(inputs, outputs):
+        with _precompiled_headers():
+            return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
+
+    return function_cache.cached_function(inputs, outputs, compile_,
+                                          context=("compile_function", tuple(exclude)),
+                                          load_context=_precompiled_headers)
+
+
+def compile_python(inputs, outputs):
+    """``pytensor.function`` on PyTensor's Python linker (:data:`PYTHON_LINKER`: no C module, light
+    rewriting), for graphs called a few times at set-up, or the same function from an earlier process.
+    """
+
+    def compile_(inputs, outputs):
+        return pytensor.function(inputs, outputs, mode=PYTHON_LINKER, on_unused_input="ignore")
+
+    return function_cache.cached_function(inputs, outputs, compile_, context=("compile_python",))
 
 
 #: seconds of a set-up without the garbage collector's automatic collections, at most

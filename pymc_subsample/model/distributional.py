@@ -48,7 +48,7 @@ from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, P
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import logit
 
-from pymc_subsample.model.compile import PYTHON_LINKER, SLOW_REWRITES, compile_function
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python
 from pymc_subsample.model.row_free import RowFreeParameters, row_free_frontier
 
 __all__ = [
@@ -454,8 +454,7 @@ def distributional_regression(tall) -> DistributionalRegression:
              for (op, params, _), y in zip(terms, graphs[n_free + n_const:])]
     # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
     # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
-    fn = pytensor.function([tall.theta, *tall.batch_inputs], raw, mode=PYTHON_LINKER,
-                           on_unused_input="ignore")
+    fn = compile_python([tall.theta, *tall.batch_inputs], raw)
     phi = None
     try:
         links = _affine_links(tall, lambda theta, batch: fn(theta, *batch), tall.ndim, candidates)
@@ -478,8 +477,7 @@ def _affine_in_row_free(tall, raw, candidates):
     phi = RowFreeParameters(tall.theta, tall.ndim, frontier)
     phi.value(tall.initial_theta)  # the pieces' shapes
     raw_phi = pytensor.graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
-    fn = pytensor.function([*phi.inputs, *tall.batch_inputs], raw_phi, mode=PYTHON_LINKER,
-                           on_unused_input="ignore")
+    fn = compile_python([*phi.inputs, *tall.batch_inputs], raw_phi)
     links = _affine_links(tall, lambda flat, batch: fn(*phi.split(flat), *batch), phi.size, candidates)
     return phi, links
 

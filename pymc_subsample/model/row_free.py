@@ -22,7 +22,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.traversal import toposort
 
-from pymc_subsample.model.compile import PYTHON_LINKER, compile_function
+from pymc_subsample.model.compile import compile_function, compile_python
 from pymc_subsample.model.differences import central_hessian
 
 __all__ = ["RowFreeParameters", "row_free_frontier"]
@@ -85,7 +85,7 @@ class RowFreeParameters:
     def value(self, theta) -> np.ndarray:
         """φ(θ), shape (r,)."""
         if self._value_fn is None:
-            self._value_fn = pytensor.function([self.theta], [self._flat, *self.graphs], mode=PYTHON_LINKER)
+            self._value_fn = compile_python([self.theta], [self._flat, *self.graphs])
         flat, *pieces = self._value_fn(self._theta_arg(theta))
         self._shapes = [np.shape(p) for p in pieces]
         return np.asarray(flat, dtype=float)
@@ -115,7 +115,7 @@ class RowFreeParameters:
         if self._vjp_fn is None:
             c = pt.vector("phi_weights", dtype="float64")
             vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
-            self._vjp_fn = pytensor.function([self.theta, c], vjp, mode=PYTHON_LINKER)
+            self._vjp_fn = compile_python([self.theta, c], vjp)
         weights = np.asarray(weights, dtype=float)
         return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
 

@@ -20,7 +20,7 @@ from pytensor.graph.traversal import applys_between
 from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_subsample.model.compile import PYTHON_LINKER, compile_function
+from pymc_subsample.model.compile import PYTHON_LINKER, compile_function, compile_python
 from pymc_subsample.model.differences import central_hessian
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
@@ -150,7 +150,7 @@ class TallModel:
         if key not in self._functions:
             inputs, outputs = build()
             if python:
-                function = pytensor.function(inputs, outputs, mode=PYTHON_LINKER, on_unused_input="ignore")
+                function = compile_python(inputs, outputs)
             else:
                 function = compile_function(inputs, outputs)
             self._functions[key] = function

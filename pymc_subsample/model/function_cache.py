@@ -1,0 +1,226 @@
+"""Compiled functions kept on disk, so that a set-up in a new process does not rewrite its graphs again.
+
+PyTensor caches the C modules of a compiled function in its compile directory, but not the graph
+rewriting that comes before them: on a warm cache, compiling the HMC-ECS estimator of the Poisson zoo
+model still takes 0.21 s, nearly all of it rewriting (``benchmarks/README.md``), every time a user runs
+their script again. A PyTensor function pickles with its rewritten graph, and unpickling links that
+graph without rewriting it (``FunctionMaker`` keeps the rewritten ``fgraph``), against the same C
+modules: 0.025 s for that estimator. :func:`cached_function` keeps each function our set-up compiles
+in ``<compiledir>/pymc_subsample_functions``, under a key of the graph *before* rewriting.
+
+The key is a SHA-256 of everything the rewritten function depends on:
+
+- the graph's structure from the inputs to the outputs, node by node in topological order: each
+  op's class and its ``__props__`` (what PyTensor itself compares ops by; an op without
+  ``__props__`` is pickled whole), the type of every variable, and each input's position;
+- the value of every constant (its bytes);
+- PyTensor's version, its configuration hash (``config.get_config_hash()``, the options its C
+  module cache keys on), the rewriting options and the compilation mode;
+
+and not the names, stack traces or test values of the variables, which change no computation. Two
+graphs with one key are thus the same computation in PyTensor's own sense of op equality; a graph
+that differs in anything else gets another key and is compiled.
+
+A graph that reads shared variables (``pm.Data``, the lengths of a model's ``dims``) is cached with
+each of them replaced by an input (an unpickled function would hold a copy of their values, which
+``pm.set_data`` would not reach): :class:`SharedAsInputs` passes their current values at each call.
+What is never cached: a graph with a shared random generator, or with a constant above
+:data:`MAX_CONSTANT_BYTES` (the cache would hold the data). A file that fails to load for any
+reason (another PyTensor, a truncated write) is compiled again and replaced. Files are written
+atomically and the least recently used are removed beyond :data:`MAX_BYTES`. Set the environment
+variable ``PYMC_SUBSAMPLE_FUNCTION_CACHE=0`` to compile every function afresh.
+
+Unpickling a file runs code from it, as PyTensor's own cache of compiled modules does from the
+same directory: the cache trusts the compile directory as PyTensor does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytensor
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Constant
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import graph_inputs, io_toposort
+from pytensor.tensor.type import TensorType
+
+__all__ = ["MAX_CONSTANT_BYTES", "MAX_BYTES", "SharedAsInputs", "cache_enabled", "cache_folder",
+           "cached_function", "graph_key"]
+
+#: constants larger than this (model data written as NumPy arrays) keep a graph out of the cache
+MAX_CONSTANT_BYTES = 1 << 20
+#: bytes kept; beyond, the least recently used files are removed down to 3/4 of it (a function takes
+#: 0.1-1.5 MB, its rewritten graph with PyTensor's bookkeeping of it: ~5 MB per model and sampler)
+MAX_BYTES = 256 << 20
+FOLDER = "pymc_subsample_functions"
+ENVIRONMENT_SWITCH = "PYMC_SUBSAMPLE_FUNCTION_CACHE"
+#: PyTensor options that change how a graph is rewritten or linked, beyond its C-module key
+_REWRITE_OPTIONS = ("mode", "linker", "optimizer", "optimizer_excluding", "optimizer_including",
+                    "optimizer_requiring", "floatX", "cast_policy", "on_opt_error", "blas__ldflags")
+
+
+class _NotCacheable(Exception):
+    """The graph reads something a file cannot stand for (a shared variable, large data)."""
+
+
+def cache_enabled() -> bool:
+    return os.environ.get(ENVIRONMENT_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cache_folder() -> Path:
+    """Where the functions are kept: beside PyTensor's C modules, in its compile directory."""
+    return Path(pytensor.config.compiledir) / FOLDER
+
+
+def graph_key(inputs, outputs, context=()) -> str | None:
+    """The cache key of ``pytensor.function(inputs, outputs)`` compiled under ``context`` (module
+    docstring), or None when the graph must not be cached.
+    """
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    digest = hashlib.sha256()
+    digest.update(pickle.dumps((pytensor.__version__, np.__version__, pytensor.config.get_config_hash(),
+                                [str(getattr(pytensor.config, o, None)) for o in _REWRITE_OPTIONS],
+                                tuple(context))))
+    refs = {}
+    for i, variable in enumerate(inputs):
+        refs[variable] = ("input", i)
+        digest.update(pickle.dumps(("input", i, variable.type)))
+    try:
+        for node in io_toposort(list(inputs), outputs):
+            digest.update(pickle.dumps((_op_signature(node.op), [_ref(v, refs, digest) for v in node.inputs],
+                                        [out.type for out in node.outputs])))
+            for j, out in enumerate(node.outputs):
+                refs[out] = ("node", len(refs), j)
+        digest.update(pickle.dumps([_ref(v, refs, digest) for v in outputs]))
+    except (_NotCacheable, pickle.PicklingError, TypeError, AttributeError):
+        return None
+    return digest.hexdigest()
+
+
+def _op_signature(op):
+    props = getattr(op, "__props__", None)
+    cls = (type(op).__module__, type(op).__qualname__)
+    if props is None:
+        return cls, pickle.dumps(op)
+    return cls, tuple((p, getattr(op, p)) for p in props)
+
+
+def _ref(variable, refs, digest):
+    """The token of a node's input: an input's or an earlier node output's position, or a constant's
+    value, which is hashed into ``digest`` once.
+    """
+    if variable in refs:
+        return refs[variable]
+    if isinstance(variable, SharedVariable):
+        raise _NotCacheable(variable)
+    if not isinstance(variable, Constant):
+        raise _NotCacheable(variable)  # a root the inputs do not give: PyTensor refuses it anyway
+    data = variable.data
+    if isinstance(data, np.ndarray):
+        if data.nbytes > MAX_CONSTANT_BYTES:
+            raise _NotCacheable(variable)
+        value = (data.dtype.str, data.shape, hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest())
+    else:
+        value = pickle.dumps(data)
+    token = ("constant", len(refs))
+    refs[variable] = token
+    digest.update(pickle.dumps((token, variable.type, value)))
+    return token
+
+
+def cached_function(inputs, outputs, compile_, context=(), load_context=None):
+    """``compile_(inputs, outputs)`` (a ``pytensor.function``), or the function a previous call with
+    the same key kept on disk. ``load_context``: a context manager under which the function is linked
+    again (the compiler flags its C modules were built with, so that it finds them).
+
+    A graph that reads shared variables (``pm.Data``, the lengths of a model's ``dims``) is compiled
+    with each of them replaced by an input of its type, and called with their current values
+    (:class:`SharedAsInputs`): the file holds no copy of them, and a later ``pm.set_data`` reaches
+    the function as it reaches one compiled with the shared variables themselves.
+    """
+    if not cache_enabled():
+        return compile_(inputs, outputs)
+    single = not isinstance(outputs, (list, tuple))
+    outputs = [outputs] if single else list(outputs)
+    shared = list(dict.fromkeys(v for v in graph_inputs(outputs) if isinstance(v, SharedVariable)))
+    if any(not isinstance(v.type, TensorType) for v in shared):  # random generators: updated in place
+        return compile_(inputs, outputs[0] if single else outputs)
+    if shared:
+        stand_ins = [v.type(name=v.name) for v in shared]
+        outputs = graph_replace(outputs, dict(zip(shared, stand_ins, strict=True)), strict=False)
+        inputs = [*inputs, *stand_ins]
+    outputs = outputs[0] if single else outputs
+    function = _cached(inputs, outputs, compile_, context, load_context)
+    return SharedAsInputs(function, shared) if shared else function
+
+
+class SharedAsInputs:
+    """A compiled function whose last inputs stand for shared variables: called with the other
+    inputs, it passes their current values (``get_value(borrow=True)``, no copy).
+    """
+
+    def __init__(self, function, shared):
+        self.function, self.shared = function, list(shared)
+        self.maker = function.maker
+
+    def __call__(self, *args):
+        return self.function(*args, *[v.get_value(borrow=True) for v in self.shared])
+
+
+def _cached(inputs, outputs, compile_, context, load_context):
+    key = graph_key(inputs, outputs, context)
+    if key is None:
+        return compile_(inputs, outputs)
+    folder = cache_folder()
+    path = folder / f"{key}.pkl"
+    if path.exists():
+        function = _load(path, load_context)
+        if function is not None and len(function.maker.fgraph.inputs) == len(inputs):
+            return function
+    function = compile_(inputs, outputs)
+    _store(function, folder, path)
+    return function
+
+
+def _load(path, load_context):
+    try:
+        data = path.read_bytes()
+        if load_context is None:
+            function = pickle.loads(data)
+        else:
+            with load_context():
+                function = pickle.loads(data)
+        os.utime(path)  # recently used
+        return function
+    except Exception:  # a stale or damaged file is compiled again and replaced, never trusted
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _store(function, folder, path):
+    try:
+        data = pickle.dumps(function, protocol=pickle.HIGHEST_PROTOCOL)
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        os.replace(partial, path)  # atomic: a concurrent reader sees the whole file or none
+        _prune(folder)
+    except Exception:  # an unpicklable function, a read-only or full disk: the run goes on uncached
+        return
+
+
+def _prune(folder):
+    files = [(f, f.stat()) for f in folder.glob("*.pkl")]
+    total = sum(stat.st_size for _, stat in files)
+    if total <= MAX_BYTES:
+        return
+    for stale, stat in sorted(files, key=lambda entry: entry[1].st_mtime):  # least recently used first
+        if total <= MAX_BYTES * 3 // 4:
+            break
+        stale.unlink(missing_ok=True)
+        total -= stat.st_size

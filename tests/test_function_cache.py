@@ -1,0 +1,141 @@
+"""Compiled functions kept on disk (model/function_cache.py): keys, loading, shared variables."""
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import pymc_subsample as pms
+import pymc_subsample.model.function_cache as function_cache
+from pymc_subsample.model.compile import compile_function, compile_python
+from pymc_subsample.model.function_cache import SharedAsInputs, graph_key
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder of this test's own, and a count of the functions compiled (not loaded)."""
+    monkeypatch.setattr(function_cache, "cache_folder", lambda: tmp_path)
+    monkeypatch.delenv(function_cache.ENVIRONMENT_SWITCH, raising=False)
+    compiled = []
+    cached_function = function_cache.cached_function
+
+    def counting(inputs, outputs, compile_, *args, **kwargs):
+        def counted(*graph):
+            compiled.append(graph)
+            return compile_(*graph)
+
+        return cached_function(inputs, outputs, counted, *args, **kwargs)
+
+    monkeypatch.setattr(function_cache, "cached_function", counting)
+    return tmp_path, compiled
+
+
+def graph(scale=2.0, dtype="float64", name="x"):
+    x = pt.vector(name, dtype=dtype)
+    y = pt.vector("y", dtype=dtype)
+    return [x, y], [pt.exp(x * scale) + y, (x * y).sum()]
+
+
+def test_the_key_is_the_computation_not_the_names():
+    inputs, outputs = graph()
+    same_inputs, same_outputs = graph(name="renamed")  # built again, other names: the same computation
+    key = graph_key(inputs, outputs)
+    assert key is not None and graph_key(same_inputs, same_outputs) == key
+    others = [
+        graph_key(*graph(scale=3.0)),  # a constant's value
+        graph_key(*graph(dtype="float32")),  # the types
+        graph_key(inputs[::-1], outputs),  # the inputs' order
+        graph_key(inputs, outputs[::-1]),  # the outputs' order
+        graph_key(inputs, [pt.log(inputs[0] * 2.0) + inputs[1], outputs[1]]),  # an op
+        graph_key(inputs, outputs, context=("other mode",)),  # how it is compiled
+    ]
+    assert key not in others and len(set(others)) == len(others)
+
+
+def test_a_second_compilation_of_the_same_graph_is_loaded_not_compiled(cache):
+    folder, compiled = cache
+    first = compile_function(*graph())
+    assert len(compiled) == 1 and len(list(folder.glob("*.pkl"))) == 1
+    again = compile_function(*graph())  # as a new process would build it
+    assert len(compiled) == 1, "the graph was rewritten and compiled again"
+    x, y = np.array([0.1, -0.4]), np.array([2.0, 3.0])
+    for a, b in zip(first(x, y), again(x, y), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(again(x, y)[0], np.exp(2 * x) + y)
+    compile_python(*graph())  # another linker: another key, compiled
+    assert len(compiled) == 2
+
+
+def test_shared_variables_are_inputs_read_at_each_call(cache):
+    folder, compiled = cache
+    data = pytensor.shared(np.array([1.0, 2.0, 3.0]), name="data")
+    x = pt.dscalar("x")
+    functions = [compile_function([x], (data * x).sum()) for _ in range(2)]
+    assert len(compiled) == 1, "a graph with a shared variable was not cached"
+    for function in functions:
+        assert isinstance(function, SharedAsInputs)
+        data.set_value(np.array([1.0, 2.0, 3.0]))
+        assert function(np.array(2.0)) == pytest.approx(12.0)
+        data.set_value(np.array([10.0, 20.0]))  # pm.set_data reaches it, a new length included
+        assert function(np.array(2.0)) == pytest.approx(60.0)
+
+
+def test_a_damaged_file_is_compiled_again_and_replaced(cache):
+    folder, compiled = cache
+    compile_function(*graph())
+    (path,) = folder.glob("*.pkl")
+    path.write_bytes(b"not a pickle")
+    function = compile_function(*graph())
+    assert len(compiled) == 2
+    np.testing.assert_allclose(function(np.zeros(1), np.ones(1))[0], [2.0])
+    compile_function(*graph())
+    assert len(compiled) == 2  # the replacement loads
+
+
+def test_large_constants_random_generators_and_the_switch_keep_graphs_out(cache, monkeypatch):
+    folder, compiled = cache
+    x = pt.vector("x")
+    large = pt.constant(np.ones(function_cache.MAX_CONSTANT_BYTES // 8 + 1))
+    assert graph_key([x], x + large) is None
+    rng = pytensor.shared(np.random.default_rng(0))
+    draw = pt.random.normal(0, 1, size=2, rng=rng)
+    compile_function([x], x + draw)
+    monkeypatch.setenv(function_cache.ENVIRONMENT_SWITCH, "0")
+    compile_function(*graph())
+    assert len(compiled) == 2 and not list(folder.glob("*.pkl"))
+
+
+def test_the_least_recently_used_files_are_removed(cache, monkeypatch):
+    folder, _ = cache
+    for scale in (1.0, 2.0, 3.0, 4.0):
+        compile_function(*graph(scale=scale))
+    first, *rest = sorted(folder.glob("*.pkl"), key=lambda f: f.stat().st_mtime)
+    compile_function(*graph(scale=1.0))  # loaded: now the most recently used
+    total = sum(f.stat().st_size for f in folder.glob("*.pkl"))
+    limit = total + 1000  # the fifth function goes over it
+    monkeypatch.setattr(function_cache, "MAX_BYTES", limit)
+    compile_function(*graph(scale=5.0))
+    kept = list(folder.glob("*.pkl"))
+    assert first in kept and rest[0] not in kept, "the least recently used file was not the one removed"
+    assert sum(f.stat().st_size for f in kept) <= 0.75 * limit
+
+
+def test_a_second_set_up_of_a_model_with_dims_and_data_compiles_nothing(cache):
+    folder, compiled = cache
+    rng = np.random.default_rng(0)
+    group = rng.integers(0, 5, size=2000)
+    y = rng.normal(0.3 * group, 1.0)
+    with pm.Model(coords={"group": np.arange(5)}):
+        g = pm.Data("g", group)
+        a = pm.Normal("a", 0, 1, dims="group")
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", a[g], sigma, observed=pm.Data("y_obs", y))
+        first = pms.HMCECS(rng=0, progressbar=False)
+        before = len(compiled)
+        second = pms.HMCECS(rng=0, progressbar=False)
+    assert before >= 5 and len(compiled) == before, f"{len(compiled) - before} of {before} compiled again"
+    theta = first.proxy.center + 0.01
+    batch = first._draw_subsample().batch
+    np.testing.assert_allclose(second.target.perturbed(theta, batch)[0],
+                               first.target.perturbed(theta, batch)[0], rtol=1e-12)
