@@ -1,6 +1,8 @@
 """Compiled functions: same results with the precompiled header, and GCC accepts the header."""
 
+import contextlib
 import os
+import pickle
 import shlex
 import subprocess
 
@@ -96,3 +98,23 @@ def test_every_step_set_up_pauses_the_collector():
     for step in (pms.HMCECS, pms.SubsampleMH, pms.SGLD, pms.SGHMC, pms.SGFS, pms.ISS, pms.FireflyMC,
                  pms.ZigZag):
         assert getattr(step.__init__, "__wrapped__", None) is not None, step.__name__
+
+
+def test_an_unpickled_function_links_under_the_precompiled_headers_flags(monkeypatch):
+    """pm.sample with spawn/forkserver pickles the step into its workers: the functions must link
+    again under the flags their C modules were compiled with, or every module is compiled again."""
+    x = pt.dvector("x")
+    function = compile_function([x], pt.exp(x).sum())
+    data = pickle.dumps(function)
+    linking = []
+
+    @contextlib.contextmanager
+    def recording():
+        linking.append(True)
+        yield
+
+    monkeypatch.setattr(compile_module, "_precompiled_headers", recording)
+    loaded = pickle.loads(data)
+    assert linking == [True], "the function was linked outside the precompiled header's flags"
+    np.testing.assert_allclose(loaded(np.array([0.0, 1.0])), 1.0 + np.e)
+    assert isinstance(loaded, compile_module.LinkedUnderHeaders)

@@ -17,6 +17,7 @@ import functools
 import gc
 import hashlib
 import os
+import pickle
 import subprocess
 import sysconfig
 import threading
@@ -31,6 +32,7 @@ from pymc_subsample.model import function_cache
 
 __all__ = [
     "PYTHON_LINKER",
+    "LinkedUnderHeaders",
     "SLOW_REWRITES",
     "compile_function",
     "compile_python",
@@ -79,9 +81,39 @@ def compile_function(inputs, outputs, *, exclude=()):
         with _precompiled_headers():
             return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
-    return function_cache.cached_function(inputs, outputs, compile_,
-                                          context=("compile_function", tuple(exclude)),
-                                          load_context=_precompiled_headers)
+    function = function_cache.cached_function(inputs, outputs, compile_,
+                                              context=("compile_function", tuple(exclude)),
+                                              load_context=_precompiled_headers)
+    return LinkedUnderHeaders(function)
+
+
+class LinkedUnderHeaders:
+    """A function of :func:`compile_function` that links again under the precompiled header's flags
+    when it is unpickled.
+
+    ``pm.sample`` with ``mp_ctx="spawn"`` or ``"forkserver"`` (Python 3.14's default on Linux) sends
+    the step to each worker process by pickling it, and an unpickled PyTensor function links its
+    graph again, looking up its C modules under the flags in force: without the header's flags
+    none is found, and every module is compiled again in the workers (a cold 2-chain run of the
+    20,000-row logistic model: 21.1 s with forkserver against 8.2 s with fork). Calls go straight
+    to the function (~0.1 µs more).
+    """
+
+    def __init__(self, function):
+        self.function = function
+        self.maker = function.maker
+
+    def __call__(self, *args):
+        return self.function(*args)
+
+    def __reduce__(self):
+        # the function pickled on its own, so that unpickling it (which links it) waits for the flags
+        return _link_under_headers, (pickle.dumps(self.function, protocol=pickle.HIGHEST_PROTOCOL),)
+
+
+def _link_under_headers(data):
+    with _precompiled_headers():
+        return LinkedUnderHeaders(pickle.loads(data))
 
 
 def compile_python(inputs, outputs):
