@@ -49,6 +49,8 @@ def test_the_key_is_the_computation_not_the_names():
         graph_key(inputs, outputs[::-1]),  # the outputs' order
         graph_key(inputs, [pt.log(inputs[0] * 2.0) + inputs[1], outputs[1]]),  # an op
         graph_key(inputs, outputs, context=("other mode",)),  # how it is compiled
+        graph_key(inputs, outputs[0]),  # one output returns an array, a list of one a list
+        graph_key(inputs, outputs[:1]),
     ]
     assert key not in others and len(set(others)) == len(others)
 

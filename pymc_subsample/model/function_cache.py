@@ -81,23 +81,25 @@ def graph_key(inputs, outputs, context=()) -> str | None:
     """The cache key of ``pytensor.function(inputs, outputs)`` compiled under ``context`` (module
     docstring), or None when the graph must not be cached.
     """
-    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    # a function of one output returns an array, of a list of outputs a list: not the same function
+    listed = isinstance(outputs, (list, tuple))
+    outputs = list(outputs) if listed else [outputs]
     digest = hashlib.sha256()
-    digest.update(pickle.dumps((pytensor.__version__, np.__version__, pytensor.config.get_config_hash(),
-                                [str(getattr(pytensor.config, o, None)) for o in _REWRITE_OPTIONS],
-                                tuple(context))))
-    refs = {}
-    for i, variable in enumerate(inputs):
-        refs[variable] = ("input", i)
-        digest.update(pickle.dumps(("input", i, variable.type)))
     try:
+        digest.update(pickle.dumps((pytensor.__version__, np.__version__, pytensor.config.get_config_hash(),
+                                    [str(getattr(pytensor.config, o, None)) for o in _REWRITE_OPTIONS],
+                                    tuple(context), listed)))
+        refs = {}
+        for i, variable in enumerate(inputs):
+            refs[variable] = ("input", i)
+            digest.update(pickle.dumps(("input", i, variable.type)))
         for node in io_toposort(list(inputs), outputs):
             digest.update(pickle.dumps((_op_signature(node.op), [_ref(v, refs, digest) for v in node.inputs],
                                         [out.type for out in node.outputs])))
             for j, out in enumerate(node.outputs):
                 refs[out] = ("node", len(refs), j)
         digest.update(pickle.dumps([_ref(v, refs, digest) for v in outputs]))
-    except (_NotCacheable, pickle.PicklingError, TypeError, AttributeError):
+    except Exception:  # _NotCacheable, or anything a graph's ops cannot be pickled with: compiled as usual
         return None
     return digest.hexdigest()
 
