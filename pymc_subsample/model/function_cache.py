@@ -55,7 +55,7 @@ __all__ = ["MAX_CONSTANT_BYTES", "MAX_BYTES", "SharedAsInputs", "cache_enabled",
 #: constants larger than this (model data written as NumPy arrays) keep a graph out of the cache
 MAX_CONSTANT_BYTES = 1 << 20
 #: bytes kept; beyond, the least recently used files are removed down to 3/4 of it (a function takes
-#: 0.1-1.5 MB, its rewritten graph with PyTensor's bookkeeping of it: ~5 MB per model and sampler)
+#: 0.02-4 MB, its rewritten graph with PyTensor's bookkeeping of it: a few MB per model and sampler)
 MAX_BYTES = 256 << 20
 FOLDER = "pymc_subsample_functions"
 ENVIRONMENT_SWITCH = "PYMC_SUBSAMPLE_FUNCTION_CACHE"
@@ -65,7 +65,7 @@ _REWRITE_OPTIONS = ("mode", "linker", "optimizer", "optimizer_excluding", "optim
 
 
 class _NotCacheable(Exception):
-    """The graph reads something a file cannot stand for (a shared variable, large data)."""
+    """The graph reads something a file cannot stand for (large data, a root that is not an input)."""
 
 
 def cache_enabled() -> bool:
