@@ -15,6 +15,10 @@ import numpy as np
 __all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "resolve_client"]
 
 DEFAULT_CHUNK_SIZE = 20_000
+#: seconds a pass on a Dask cluster may take before ``TimeoutError`` (None: no limit). A test sets it:
+#: a ``LocalCluster`` of spawned workers on a loaded 2-core machine has, now and then (2 of ~6 CI runs),
+#: stopped answering, every process idle, with no error to report
+DISTRIBUTED_TIMEOUT = None
 #: a full pass shows a progress bar when it has at least this many chunks (and the tall model's
 #: ``progressbar`` is on): shorter passes finish before a bar would be read
 PROGRESS_MIN_CHUNKS = 10
@@ -89,7 +93,7 @@ def _distributed_sum(client, tall, fn, theta, ranges):
     # one copy of (fn, tall) per worker: a Delayed argument is a single key in the graph
     shipped = delayed((fn, tall), pure=True, traverse=False)
     parts = db.from_sequence(ranges, npartitions=len(ranges)).map(_chunk_sums, shipped, theta)
-    return tuple(client.compute(parts.fold(_add, _add)).result())
+    return tuple(client.compute(parts.fold(_add, _add)).result(timeout=DISTRIBUTED_TIMEOUT))
 
 
 def _chunk_sums(chunk, shipped, theta):
