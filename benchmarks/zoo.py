@@ -90,12 +90,12 @@ import time, warnings, sys
 warnings.filterwarnings("ignore")
 sys.path.insert(0, {tests!r})
 from zoo import build
-import pymc as pm, pymc_subsample as pms, pytensor, pytensor.tensor as pt
+import numpy as np, pymc as pm, pymc_subsample as pms, pytensor, pytensor.tensor as pt
 model = build({name!r}, {rows})
 # PyTensor reads its cache's index on the first C function of a process (1-5 s with a compile
 # directory of a few thousand modules), whoever compiles it: paid here, outside the timings
 x = pt.dvector("x")
-pytensor.function([x], pt.exp(x) + 1.0)(pt.as_tensor([0.0]).eval())
+pytensor.function([x], pt.exp(x) + 1.0)(np.zeros(1))
 with model:
     t = time.perf_counter()
     if {ours}:

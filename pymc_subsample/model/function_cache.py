@@ -118,10 +118,8 @@ def _ref(variable, refs, digest):
     """
     if variable in refs:
         return refs[variable]
-    if isinstance(variable, SharedVariable):
+    if not isinstance(variable, Constant):  # a shared variable, or a root the inputs do not give
         raise _NotCacheable(variable)
-    if not isinstance(variable, Constant):
-        raise _NotCacheable(variable)  # a root the inputs do not give: PyTensor refuses it anyway
     data = variable.data
     if isinstance(data, np.ndarray):
         if data.nbytes > MAX_CONSTANT_BYTES:
