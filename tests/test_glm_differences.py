@@ -138,7 +138,7 @@ def test_eta_hessian_sums_equal_the_model_graphs(name):
     """Σℓ_k, Σ∇ℓ_k and Σ H_k of the set-up passes, from η (Σf, Σ J_kᵀ∇f_k, Σ J_kᵀ F''_k J_k), equal the
     model's own graph: its rows, its per-row gradients and Hessians (forward mode, d and d² passes)."""
     tall = TallModel(BUILD[name](3_000) if name in BUILD else build(name, 3_000))
-    assert tall.regression_view is not None and tall._uses_eta_sums()
+    assert tall.regression_view is not None and tall.uses_eta_sums()
     rng = np.random.default_rng(4)
     batch = tall.gather(rng.integers(0, tall.n_rows, 300))
     theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
@@ -170,7 +170,7 @@ def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monke
 
     monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
     tall = TallModel(build("logistic", 2_000))
-    assert tall.regression_view is not None and not tall._uses_eta_sums()
+    assert tall.regression_view is not None and not tall.uses_eta_sums()
     assert SubsampledTarget(tall, tall.initial_theta).glm is tall.regression_view
     batch = tall.gather(np.arange(200))
     theta = tall.initial_theta + 0.1

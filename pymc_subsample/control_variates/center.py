@@ -102,7 +102,9 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     the subset Hessian's relative error (measured at N = 10⁶, d = 30: one step left the centre
     0.8 sds from the mode, the steps to the tolerance 0.004 sds). An exact Newton step (the
     chunked full-data Hessian, a pass of Jacobians that costs as much as the proxy's own) took
-    0.7 s of that 2.2 s set-up. If the steps do not improve the log posterior, an exact Newton
+    0.7 s of that 2.2 s set-up. Where the rows are affine in a row-free φ(θ) (a non-centred
+    hierarchical model, whose log posterior is not concave in θ), the steps are taken in φ instead
+    (:func:`_phi_expansion_steps`). If the steps do not improve the log posterior, an exact Newton
     step, then full-data L-BFGS, take over; where a Hessian on the way was not negative definite,
     L-BFGS from the best point seen, at once.
     """
@@ -111,6 +113,11 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
         return theta
     rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
     start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
+    view = tall.regression_view if tall.uses_eta_sums() else None
+    if view is not None and view.phi is not None:
+        theta, start = _phi_expansion_steps(tall, view, start, rows, chunk_size)
+        if theta is not None:
+            return theta
     theta, start_value, best, concave = _subset_newton_steps(tall, start, rows, chunk_size)
     if theta is not None:
         return theta
@@ -122,6 +129,63 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     # is not negative definite either: a pass of Jacobians saved (1 s of a 10⁶-row set-up)
     theta, _ = find_map_theta(tall, start=best, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
     return theta
+
+
+def _phi_expansion_steps(tall, view, start, rows, chunk_size, max_steps=6):
+    """For rows affine in a row-free φ(θ) (a non-centred hierarchical model): maximise the log
+    posterior with the log-likelihood replaced by its second-order expansion in φ at the current
+    point θ_j, log p(θ) + Σ_k f_k + Aᵀ Δφ + ½ Δφᵀ B Δφ (Δφ = φ(θ) − φ(θ_j); A the full-data gradient
+    in φ, one pass of :meth:`~pymc_subsample.model.distributional.DistributionalRegression.phi_gradient_sums`;
+    B from ``rows`` scaled by N/n), by L-BFGS in θ without the rows, then expand again there.
+
+    Why: the log posterior of a non-centred model is not concave in θ (τ z), so the Newton steps of
+    :func:`_subset_newton_steps` fail there and full-data L-BFGS took 12 passes at 10⁶ rows (0.6 s
+    of a 1.3 s set-up). The expansion is exact in φ's own non-linearity (second order in η only), so
+    each step contracts the distance to the mode by about the subset B's relative error, as the
+    Newton steps in θ do for a model affine in θ; the optimiser's many evaluations cost no rows.
+    B over all rows would converge in fewer steps, but a pass with B costs 2.5 gradient passes in φ
+    there (r = 21). At 10⁶ rows: 3 gradient passes in φ, 0.45 s for the centre against 0.65 s.
+
+    Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode as the expansion predicts
+    it, or None where a step lowered the log posterior or the steps did not converge; the best θ
+    seen). The predicted distance is √(2·gain) of the expansion's maximum over θ_j.
+    """
+    phi = view.phi
+    scale = tall.n_rows / len(rows)
+    theta = best = np.asarray(start, dtype=float)
+    best_value, last_distance = -np.inf, None
+    for _ in range(max_steps):
+        total, linear = chunked_sum(tall, view.phi_gradient_sums, theta, chunk_size=chunk_size)
+        prior, _ = tall.prior_value_and_grad(theta, setup=True)
+        value = float(prior) + float(total)
+        if not np.isfinite(value) or value < best_value:
+            return None, best
+        best, best_value = theta, value
+        _, _, subset_quadratic = chunked_sum(tall, view.phi_sums, theta, rows=rows, chunk_size=chunk_size)
+        quadratic = scale * subset_quadratic
+        expansion = (tall, phi.value(theta), linear, quadratic)
+        result = optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
+                                   options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
+        distance = np.sqrt(2.0 * max(-result.fun - float(prior), 0.0))
+        if distance < CENTER_TOLERANCE:
+            return theta, best
+        # the distance contracts by a steady factor (as in _subset_newton_steps): when the next is
+        # predicted at half the tolerance, take the step without the pass that would only confirm it
+        if last_distance is not None and distance * (distance / last_distance) < 0.5 * CENTER_TOLERANCE:
+            return result.x, best
+        last_distance, theta = distance, result.x
+    return None, best
+
+
+def _negative_expansion(theta, tall, expansion_point, linear, quadratic):
+    """−(log p(θ) + Aᵀ Δφ + ½ Δφᵀ B Δφ) and its gradient, Δφ = φ(θ) − ``expansion_point``."""
+    phi = tall.regression_view.phi
+    prior, prior_grad = tall.prior_value_and_grad(theta, setup=True)
+    delta = phi.value(theta) - expansion_point
+    objective = float(prior) + linear @ delta + 0.5 * delta @ quadratic @ delta
+    if not np.isfinite(objective):
+        return np.inf, np.zeros_like(theta)
+    return -objective, -(prior_grad + phi.vjp(theta, linear + quadratic @ delta))
 
 
 def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):

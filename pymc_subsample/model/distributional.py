@@ -215,12 +215,16 @@ class DistributionalRegression:
         """η_k at each row of ``thetas`` (k, d), shape (k, m, p), in one call where PyTensor can
         vectorise η's graph over the points (:class:`PointsFunction`).
         """
+        return np.stack(self.eta_components_at_thetas(thetas, batch), axis=-1)
+
+    def eta_components_at_thetas(self, thetas, batch) -> list:
+        """η_j at each row of ``thetas`` (k, d): one (k, m) array per η, from one vectorised call."""
         if self._theta_points is None:
             dtype = self.tall.theta.dtype
             self._theta_points = PointsFunction([self.tall.theta], self._raw_graphs, self.tall.batch_inputs,
                                                 lambda points: [np.asarray(points, dtype=dtype)])
         raw = self._theta_points(thetas, batch)
-        return np.stack([forward(v) for forward, v in zip(self._raw_to_eta, raw, strict=True)], axis=-1)
+        return [forward(v) for forward, v in zip(self._raw_to_eta, raw, strict=True)]
 
     def eta_offset_and_jacobian(self, batch):
         """(η_k(0) (m, p), J_k (m, p, d)) from η at 0 and the d unit vectors, exact because η is
@@ -234,12 +238,16 @@ class DistributionalRegression:
 
     def eta_at_phis(self, phis, batch) -> np.ndarray:
         """η_k at each row of ``phis`` (k, r), shape (k, m, p), as :meth:`eta_at_thetas`."""
+        return np.stack(self.eta_components_at_phis(phis, batch), axis=-1)
+
+    def eta_components_at_phis(self, phis, batch) -> list:
+        """η_j at each row of ``phis`` (k, r): one (k, m) array per η, as :meth:`eta_components_at_thetas`."""
         if self._phi_points is None:
             eta_phi = pytensor.graph_replace(self.eta_rows, dict(zip(self.phi.graphs, self.phi.inputs)),
                                              strict=False)
             self._phi_points = PointsFunction(self.phi.inputs, eta_phi, self.tall.batch_inputs,
                                               self.phi.split_points)
-        return np.stack(self._phi_points(phis, batch), axis=-1)
+        return self._phi_points(phis, batch)
 
     def phi_offset_and_jacobian(self, batch):
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
@@ -271,36 +279,43 @@ class DistributionalRegression:
 
     def sums(self, theta, batch, hessian=True):
         """Σ_k f(y_k, η_k), Σ_k ∇ℓ_k and (with ``hessian``) Σ_k H_k in θ over ``batch`` at θ, from one
-        call of the elementwise function and η's exact Jacobian J (η at 0 and the d unit vectors, one
-        vectorised call): Σ_k J_kᵀ∇f_k and Σ_k J_kᵀ F''_k J_k. The gradient alone, for more than
+        call of the elementwise function and η at 0 and the d unit vectors (one vectorised call),
+        whose differences are η's exact Jacobian J: Σ_k J_kᵀ∇f_k and Σ_k J_kᵀ F''_k J_k
+        (:func:`_jacobian_products`). The gradient alone, for more than
         :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η instead
         (:meth:`eta_vjp`, O(m d) against J's O(m d²)); where η is affine in φ(θ), always (J in φ
-        is r + 1 points, r = 21 on the non-centred zoo model, whose default centre makes ~15
-        gradient passes at 10⁶ rows), and the Hessian by the chain rule from :meth:`phi_sums`:
+        is r + 1 points, r = 21 on the non-centred zoo model, whose default centre made ~15
+        gradient passes at 10⁶ rows before :func:`~pymc_subsample.control_variates.center.find_center`
+        took its steps in φ), and the Hessian by the chain rule from :meth:`phi_sums`:
         Dφᵀ B Dφ + Σ_i A_i ∇²φ_i.
         """
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
             dphi = self.phi.jacobian(theta)
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
-        total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
+        terms = self.row_terms(theta, batch)
+        total = float(np.sum(terms.value))
         if not hessian and (self.phi is not None or self.tall.ndim > JACOBIAN_GRADIENT_MAX_D):
-            return total, self.eta_vjp(first, batch, theta)
-        _, jac = self.eta_offset_and_jacobian(batch)
-        m, p, d = jac.shape
-        grad = jac.reshape(m * p, d).T @ np.column_stack(first).reshape(m * p)
-        return (total, grad, _sandwich(jac, curvature)) if hessian else (total, grad)
+            return total, self.eta_vjp(terms.first, batch, theta)
+        points = self.eta_components_at_thetas(_zero_and_unit_vectors(self.tall.ndim), batch)
+        grad, hess = _jacobian_products(points, terms, hessian)
+        return (total, grad, hess) if hessian else (total, grad)
 
-    def phi_sums(self, theta, batch):
+    def phi_sums(self, theta, batch, hessian=True):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
         the sums of the Taylor proxies in η of a model affine in φ(θ)
-        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
+        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); without B where
+        ``hessian`` is False (a pass of the non-centred zoo model at 10⁶ rows, r = 21: 78 against
+        200 ms).
         """
-        total, first, curvature = _summed_terms(self.row_terms(theta, batch), self.n_eta)
-        _, jac = self.phi_offset_and_jacobian(batch)
-        a = np.einsum("kj,kjr->r", np.column_stack(first), jac)
-        b = _sandwich(jac, curvature)
-        return total, a, b
+        terms = self.row_terms(theta, batch)
+        points = self.eta_components_at_phis(_zero_and_unit_vectors(self.phi.size), batch)
+        a, b = _jacobian_products(points, terms, hessian)
+        return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)
+
+    def phi_gradient_sums(self, theta, batch):
+        """(Σ_k f_k, A) of :meth:`phi_sums`, without B."""
+        return self.phi_sums(theta, batch, hessian=False)
 
     def eta_vjp(self, cotangents, batch, theta) -> np.ndarray:
         """Σ_k (∂η_k/∂θ)ᵀ c_k at θ for per-row cotangents ``cotangents`` (p arrays (m,)): reverse mode
@@ -320,19 +335,41 @@ def _affine_offset_and_jacobian(evaluate_points, d):
     """(f(0), ∂f) of an affine f from R^d to (m, p) arrays: (m, p) and (m, p, d), from
     ``evaluate_points`` at 0 and the d unit vectors ((d + 1, d) → (d + 1, m, p)).
     """
-    values = evaluate_points(np.vstack([np.zeros(d), np.eye(d)]))
+    values = evaluate_points(_zero_and_unit_vectors(d))
     offset = values[0]
     return offset, np.moveaxis(values[1:] - offset, 0, -1)
 
 
-def _sandwich(jac, curvature):
-    """Σ_k J_kᵀ F''_k J_k for J (m, p, d) and F'' (m, p, p): F''_k J_k per row (m p² d), then one
-    matrix product over the m·p rows (BLAS), where a three-operand einsum took 3.9 ms per 20,000-row
-    chunk at d = 30.
+def _zero_and_unit_vectors(d):
+    """0 and the d unit vectors of R^d, as rows (d + 1, d): the points η's Jacobian is read at."""
+    return np.vstack([np.zeros(d), np.eye(d)])
+
+
+def _jacobian_products(points, terms, hessian):
+    """(Σ_k J_kᵀ∇f_k, Σ_k J_kᵀ F''_k J_k or None) over a batch, for η affine in d coordinates.
+
+    ``points``: η_j at 0 and the d unit vectors, one (d + 1, m) array per η, so that
+    J_kᵀ's j-th block is ``points[j][1:, k] − points[j][0, k]``; ``terms``: :class:`RowTerms`.
+    Written per pair of η's as matrix products over the rows, in the layout the points come in:
+    the gradient needs no difference at all (one matrix-vector product per η), the Hessian at most
+    one (d, m) difference per η and one (d, m)·(m, d) product per pair. The (m, p, d) Jacobian these
+    sums were once taken from cost more in copies (stacking, moving its axes) than in arithmetic:
+    a 20,000-row chunk of the linear zoo model took 1.04 ms for the gradient and 3.2 ms with the
+    Hessian (PyMC's own gradient of the same rows: 0.16 ms).
     """
-    m, p, d = jac.shape
-    weighted = np.einsum("kjl,kld->kjd", curvature, jac)
-    return jac.reshape(m * p, d).T @ weighted.reshape(m * p, d)
+    grad = 0.0
+    for values, first in zip(points, terms.first, strict=True):
+        products = values @ np.broadcast_to(first, values.shape[1:])
+        grad = grad + (products[1:] - products[0])
+    if not hessian:
+        return grad, None
+    # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
+    differences = [values[1:] - values[0] if values[0].any() else values[1:] for values in points]
+    hess = 0.0
+    for (j, k), second in terms.second.items():
+        block = (differences[j] * second) @ differences[k].T
+        hess = hess + (block if j == k else block + block.T)
+    return grad, hess
 
 
 class PointsFunction:
@@ -392,16 +429,6 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     if any(isinstance(node.op, Blockwise) for node in function.maker.fgraph.apply_nodes):
         return None
     return function
-
-
-def _summed_terms(terms, n_eta):
-    """(Σ_k f_k, [∂_j f (m,)], ∂_jl f as (m, p, p)) from :class:`RowTerms` of a batch."""
-    rows = np.shape(terms.value)
-    first = [np.broadcast_to(np.asarray(g, dtype=float), rows) for g in terms.first]
-    curvature = np.zeros((rows[0], n_eta, n_eta))
-    for (j, k), entry in terms.second.items():
-        curvature[:, j, k] = curvature[:, k, j] = entry
-    return float(np.sum(terms.value)), first, curvature
 
 
 def _without_parameter_checks(graph):

@@ -94,7 +94,7 @@ class TallModel:
         self._affine_view_found = False
         self._regression_view = None  # TallModel.regression_view, checked on first use
         self._regression_view_checked = False
-        self._eta_sums = None  # set-up sums from η (TallModel._uses_eta_sums), decided on first use
+        self._eta_sums = None  # set-up sums from η (TallModel.uses_eta_sums), decided on first use
         self._rows_directional = None
         self._build_row_graphs()
         self._check_rows_independent()
@@ -169,7 +169,7 @@ class TallModel:
         compilation of its fused kernels (measured on the non-centred hierarchical model).
         """
         outputs = lambda: [self.prior_graph, pytensor.grad(self.prior_graph, self.theta)]  # noqa: E731
-        if setup and not self._uses_eta_sums():
+        if setup and not self.uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
@@ -239,13 +239,13 @@ class TallModel:
 
     def loglik_sum_value(self, theta, batch) -> tuple:
         """(Σ_k ℓ_k,) over the rows of ``batch``, for passes that need no gradient."""
-        if self._uses_eta_sums():
+        if self.uses_eta_sums():
             return (float(np.sum(self._regression_view.row_terms(theta, batch).value)),)
         return (self._setup_terms(theta, self._no_directions(), batch)[2],)
 
     def loglik_sum_value_and_grad(self, theta, batch):
         """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass, or from η)."""
-        if self._uses_eta_sums():
+        if self.uses_eta_sums():
             return self._regression_view.sums(theta, batch, hessian=False)
         return self._setup_terms(theta, self._no_directions(), batch)[2:4]
 
@@ -255,10 +255,10 @@ class TallModel:
         Σ H_k is the Jacobian of the summed gradient: the set-up function's Hessian-vector
         products along the d unit vectors, all in one call when they are vectorised, else one
         call per direction. A distributional regression takes all three from η instead
-        (:meth:`_uses_eta_sums`).
+        (:meth:`uses_eta_sums`).
         """
         theta = _as_theta(theta, self.theta.dtype)
-        if self._uses_eta_sums():
+        if self.uses_eta_sums():
             return self._regression_view.sums(theta, batch, hessian=True)
         eye = np.eye(self.ndim, dtype=self.theta.dtype)
         self._setup_function()
@@ -291,7 +291,7 @@ class TallModel:
         gradient pass. With k = 0 the Hessian-vector products cost nothing when they are vectorised over
         the rows of V. When PyTensor cannot vectorise them (``a[group]`` indexing stalls its
         rewrites for minutes), k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0.
-        A distributional regression (:meth:`_uses_eta_sums`) never compiles it.
+        A distributional regression (:meth:`uses_eta_sums`) never compiles it.
         """
         if "setup" not in self._functions:
             self._hvp_vectorised = not self._has_advanced_indexing()
@@ -304,7 +304,7 @@ class TallModel:
                 self._compile("setup", lambda: self._build_setup(vectorise=False))
         return self._functions["setup"]
 
-    def _uses_eta_sums(self) -> bool:
+    def uses_eta_sums(self) -> bool:
         """Whether Σℓ_k, Σ∇ℓ_k and Σ H_k come from η (:meth:`DistributionalRegression.sums
         <pymc_subsample.model.distributional.DistributionalRegression.sums>`) instead of the set-up
         function: for a distributional regression of up to :data:`ETA_HESSIAN_MAX_ROWS` rows whose f
@@ -342,7 +342,7 @@ class TallModel:
         else None.
 
         Up to :data:`ETA_HESSIAN_MAX_ROWS` rows (any number by default) its set-up sums come from η
-        (:meth:`_uses_eta_sums`): 9 fewer C modules of 41 on a logistic regression's first run,
+        (:meth:`uses_eta_sums`): 9 fewer C modules of 41 on a logistic regression's first run,
         about 4 s (1.6× → 1.1× NUTS's cold start), and with J from one vectorised call of η per
         chunk, faster passes than the set-up function's Hessian-vector products (10⁶ rows, d = 30:
         Hessian pass 0.24 against 0.30 s; 10⁷ rows from npy: set-up 14.0 against 18.7 s). When J took
