@@ -283,11 +283,13 @@ class DistributionalRegression:
         whose differences are η's exact Jacobian J: Σ_k J_kᵀ∇f_k and Σ_k J_kᵀ F''_k J_k
         (:func:`_jacobian_products`). The gradient alone, for more than
         :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η instead
-        (:meth:`eta_vjp`, O(m d) against J's O(m d²)); where η is affine in φ(θ), always (J in φ
-        is r + 1 points, r = 21 on the non-centred zoo model, whose default centre made ~15
-        gradient passes at 10⁶ rows before :func:`~pymc_subsample.control_variates.center.find_center`
-        took its steps in φ), and the Hessian by the chain rule from :meth:`phi_sums`:
-        Dφᵀ B Dφ + Σ_i A_i ∇²φ_i.
+        (:meth:`eta_vjp`, O(m d) against J's O(m d²)). Where η is affine in φ(θ), the gradient is
+        Dφᵀ A with A from η at the r + 1 points in φ (:meth:`phi_sums`), and the Hessian by the chain
+        rule: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. Such a model's gradient in θ once came from :meth:`eta_vjp`
+        (a full pass of the non-centred zoo model at 10⁶ rows: 31 ms against ~80 ms from the
+        points), while its default centre made ~15 full gradient passes; its centre is now found
+        in φ (:func:`~pymc_subsample.control_variates.center.find_center`), only the subset MAP
+        asks for gradients in θ, and a first run compiles no reverse pass through η (a C module).
         """
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
@@ -295,7 +297,11 @@ class DistributionalRegression:
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
         terms = self.row_terms(theta, batch)
         total = float(np.sum(terms.value))
-        if not hessian and (self.phi is not None or self.tall.ndim > JACOBIAN_GRADIENT_MAX_D):
+        if not hessian and self.phi is not None:
+            points = self.eta_components_at_phis(_zero_and_unit_vectors(self.phi.size), batch)
+            linear, _ = _jacobian_products(points, terms, hessian=False)
+            return total, self.phi.vjp(theta, linear)
+        if not hessian and self.tall.ndim > JACOBIAN_GRADIENT_MAX_D:
             return total, self.eta_vjp(terms.first, batch, theta)
         points = self.eta_components_at_thetas(_zero_and_unit_vectors(self.tall.ndim), batch)
         grad, hess = _jacobian_products(points, terms, hessian)
