@@ -1,0 +1,59 @@
+"""The N-independent part of a warm set-up (issue 10), against PyMC's own, in 10⁶-row passes.
+
+Per zoo model (tests/zoo.py, X and y as pm.Data): constructing ``pms.HMCECS()`` a second time on
+the 20,000-row model (its full-data passes cost ~2% of a 10⁶-row one, so what is left is graph
+construction, loading the compiled functions and the pilot), and PyMC's ``logp_dlogp_function`` a
+second time on the same model (what NUTS's set-up builds, rewrites and links), each as a multiple
+of one full-data gradient of PyMC's own at 10⁶ rows at HMCECS's centre, as ``zoo.py`` times it —
+the unit of the goal "warm set-up ≤ 15 full-data gradient passes".
+
+Usage: python benchmarks/setup_fixed_part.py [model ...]
+"""
+
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from estimator import best_time  # noqa: E402
+from zoo import ZOO, build  # noqa: E402
+
+import pymc_subsample as pms  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def measure(name):
+    """(HMCECS's warm set-up at 2·10⁴ rows, PyMC's warm logp_dlogp_function there, PyMC's full
+    gradient at 10⁶ rows), in seconds.
+    """
+    small = build(name, 20_000)
+    with small:
+        pms.HMCECS(rng=0, progressbar=False)
+        ours = best_time(lambda: pms.HMCECS(rng=0, progressbar=False), 2)
+        small.logp_dlogp_function(ravel_inputs=True)
+        pymc = best_time(lambda: small.logp_dlogp_function(ravel_inputs=True), 2)
+    big = build(name, 1_000_000)
+    with big:
+        full = big.logp_dlogp_function(ravel_inputs=True)
+        center = pms.HMCECS(rng=0, progressbar=False).proxy.center  # where zoo.py times the pass
+    full.set_extra_values({})
+    return ours, pymc, best_time(lambda: full(center), 5)
+
+
+def main():
+    names = sys.argv[1:] or [m for m in ZOO if m != "mvnormal_lkj"]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print("\n| model | HMCECS warm set-up at 2·10⁴ rows (s) | PyMC's warm logp_dlogp_function (s) | "
+          "PyMC's full gradient at 10⁶ (ms) | HMCECS's fixed part in 10⁶ passes | PyMC's in 10⁶ passes |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        ours, pymc, pass_s = measure(name)
+        print(f"| {name} | {ours:.2f} | {pymc:.2f} | {pass_s * 1e3:.1f} | {ours / pass_s:.0f} | "
+              f"{pymc / pass_s:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
