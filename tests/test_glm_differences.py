@@ -132,6 +132,8 @@ def test_regression_view_is_used_only_where_it_reproduces_the_model(monkeypatch)
 
 @pytest.mark.parametrize("name", ["gaussian_mean", "logistic", "poisson_offset", "hierarchical_logistic",
                                   "linear", "student_t", "negative_binomial", "two_observed",
+                                  # d = 24, and two η's of which one (log σ) is row-free
+                                  "hierarchical_centred",
                                   # η affine in φ = (μ + τz, b), not in θ: Σ H_k by the chain rule
                                   "hierarchical_noncentred"])
 def test_eta_hessian_sums_equal_the_model_graphs(name):

@@ -112,26 +112,6 @@ def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point
                                rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["linear", "student_t", "poisson_offset", "two_observed",
-                                  "hierarchical_centred"])
-def test_set_up_sums_from_eta_equal_the_model_graphs_per_row_derivatives(name):
-    """The set-up's Σℓ_k, Σ∇ℓ_k and ΣH_k from η (J from η at 0 and the unit vectors, products per pair
-    of η's: several η's, an offset η(0) ≠ 0, d = 24) equal the sums of the model's own per-row
-    gradients and Hessians (forward mode through its graph)."""
-    tall = TallModel(build(name, 2000))
-    view = tall.regression_view
-    assert view is not None and view.phi is None
-    rng = np.random.default_rng(2)
-    batch = tall.gather(rng.integers(0, 2000, size=60))
-    theta = tall.initial_theta + rng.normal(scale=0.1, size=tall.ndim)
-    total, grad, hess = view.sums(theta, batch, hessian=True)
-    rows, grads = tall.loglik_rows_and_grads(theta, batch)
-    assert total == pytest.approx(rows.sum(), rel=1e-12)
-    np.testing.assert_allclose(grad, grads.sum(axis=0), rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(view.sums(theta, batch, hessian=False)[1], grad, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(hess, tall.rows_hessians(theta, batch).sum(axis=0), rtol=1e-9, atol=1e-9)
-
-
 @pytest.mark.parametrize("step_class", [pms.HMCECS, pms.SubsampleMH])
 def test_potential_is_honoured_and_deterministic_recorded(step_class):
     model = build("deterministic_potential", N)

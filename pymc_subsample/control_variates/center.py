@@ -163,7 +163,7 @@ def _phi_expansion_steps(tall, view, start, rows, chunk_size, max_steps=6):
         best, best_value = theta, value
         _, _, subset_quadratic = chunked_sum(tall, view.phi_sums, theta, rows=rows, chunk_size=chunk_size)
         quadratic = scale * subset_quadratic
-        expansion = (tall, phi.value(theta), linear, quadratic)
+        expansion = (tall, phi, phi.value(theta), linear, quadratic)
         result = optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
                                    options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
         distance = np.sqrt(2.0 * max(-result.fun - float(prior), 0.0))
@@ -177,9 +177,8 @@ def _phi_expansion_steps(tall, view, start, rows, chunk_size, max_steps=6):
     return None, best
 
 
-def _negative_expansion(theta, tall, expansion_point, linear, quadratic):
+def _negative_expansion(theta, tall, phi, expansion_point, linear, quadratic):
     """−(log p(θ) + Aᵀ Δφ + ½ Δφᵀ B Δφ) and its gradient, Δφ = φ(θ) − ``expansion_point``."""
-    phi = tall.regression_view.phi
     prior, prior_grad = tall.prior_value_and_grad(theta, setup=True)
     delta = phi.value(theta) - expansion_point
     objective = float(prior) + linear @ delta + 0.5 * delta @ quadratic @ delta

@@ -296,12 +296,11 @@ class DistributionalRegression:
             total, a, b = self.phi_sums(theta, batch)
             dphi = self.phi.jacobian(theta)
             return total, dphi.T @ a, dphi.T @ b @ dphi + self.phi.contracted_hessian(theta, a)
+        if self.phi is not None:
+            total, a = self.phi_gradient_sums(theta, batch)
+            return total, self.phi.vjp(theta, a)
         terms = self.row_terms(theta, batch)
         total = float(np.sum(terms.value))
-        if not hessian and self.phi is not None:
-            points = self.eta_components_at_phis(_zero_and_unit_vectors(self.phi.size), batch)
-            linear, _ = _jacobian_products(points, terms, hessian=False)
-            return total, self.phi.vjp(theta, linear)
         if not hessian and self.tall.ndim > JACOBIAN_GRADIENT_MAX_D:
             return total, self.eta_vjp(terms.first, batch, theta)
         points = self.eta_components_at_thetas(_zero_and_unit_vectors(self.tall.ndim), batch)
