@@ -114,18 +114,62 @@ def test_centre_of_a_non_centred_model_by_expansions_in_phi_within_tolerance(mon
 
 def test_centre_of_a_non_concave_posterior_goes_to_lbfgs_without_an_exact_newton_step(monkeypatch):
     """Where the expansions in φ are not taken (refused here), the subset-Newton steps in θ meet a
-    Hessian that is not negative definite, and so would the exact one: the pass of Jacobians for an
-    exact Newton step is skipped and full-data L-BFGS starts from the best point seen; the centre is
-    still near the mode."""
+    Hessian that is not negative definite, and so would the exact one; the rows' curvature in θ is
+    not concave (τz), so no expansion in θ is taken either: the pass of Jacobians for an exact
+    Newton step is skipped and full-data L-BFGS starts from the best point seen; the centre is still
+    near the mode."""
     from zoo import build
 
     import pymc_subsample.control_variates.center as center
 
     tall = pms.TallModel(build("hierarchical_noncentred", 20_000))
-    monkeypatch.setattr(center, "_phi_expansion_steps", lambda tall, view, start, *a: (None, start))
+    real_expansions = center._expansion_steps
+    in_theta = []
+
+    def phi_refused(tall, coordinates, start, *a):
+        if isinstance(coordinates, center.PhiCoordinates):
+            return None, start
+        in_theta.append(real_expansions(tall, coordinates, start, *a)[0])
+        return None, in_theta[-1] if in_theta[-1] is not None else start
+
+    monkeypatch.setattr(center, "_expansion_steps", phi_refused)
     exact_newton = []
     real = center._newton_polish
     monkeypatch.setattr(center, "_newton_polish", lambda *a, **k: exact_newton.append(1) or real(*a, **k))
     theta = center.find_center(tall, warm_rows=2000)
     assert not exact_newton
+    assert len(in_theta) == 1 and in_theta[0] is None  # refused: the curvature in θ is indefinite
     assert _distance_in_sds(tall, theta) < 0.1
+
+
+def test_centre_where_the_prior_is_not_concave_by_expansions_in_theta(monkeypatch):
+    """A centred hierarchical model's rows are concave in θ, its prior a ~ N(μ, σ) is not: where the
+    subset-Newton steps meet a Hessian that is not negative definite (at 10⁷ rows, one step of 93 sds
+    from the subset MAP; forced here), expansions of the log-likelihood in θ with the exact prior
+    reach the tolerance in a few gradient passes, without full-data L-BFGS."""
+    from zoo import build
+
+    import pymc_subsample.control_variates.center as center
+
+    tall = pms.TallModel(build("hierarchical_centred", 50_000))
+    monkeypatch.setattr(center, "_subset_newton_steps", lambda tall, start, *a: (None, -np.inf, start, False))
+    full_lbfgs = []
+    real = center.find_map_theta
+    monkeypatch.setattr(center, "find_map_theta",
+                        lambda *a, **k: (k.get("rows") is None and full_lbfgs.append(1)) or real(*a, **k))
+    theta = center.find_center(tall, warm_rows=5000)
+    assert not full_lbfgs
+    assert tall.full_passes <= 4  # the subset-Newton steps' own count here (5,000 of 50,000 rows)
+    monkeypatch.setattr(center, "find_map_theta", real)
+    assert _distance_in_sds(tall, theta) < center.CENTER_TOLERANCE
+
+
+def test_an_expansion_is_taken_only_where_the_rows_curvature_is_concave():
+    from pymc_subsample.control_variates.center import _concave
+
+    negative = -np.diag([3.0, 1e-3, 2e5])
+    assert _concave(negative)
+    # parameters no row reads (a centred model's μ, σ): a zero block, bounded by the prior
+    assert _concave(np.block([[negative, np.zeros((3, 2))], [np.zeros((2, 5))]]))
+    assert _concave(negative + 1e-12 * np.eye(3) * 2e5 * 1e-3)  # rounding
+    assert not _concave(np.diag([-3.0, 1e-2, -2e5]))  # one direction without a maximum

@@ -104,7 +104,7 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     chunked full-data Hessian, a pass of Jacobians that costs as much as the proxy's own) took
     0.7 s of that 2.2 s set-up. Where the rows are affine in a row-free φ(θ) (a non-centred
     hierarchical model, whose log posterior is not concave in θ), the steps are taken in φ instead
-    (:func:`_phi_expansion_steps`). If the steps do not improve the log posterior, an exact Newton
+    (:func:`_expansion_steps`). If the steps do not improve the log posterior, an exact Newton
     step, then full-data L-BFGS, take over; where a Hessian on the way was not negative definite,
     L-BFGS from the best point seen, at once.
     """
@@ -115,7 +115,7 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
     view = tall.regression_view if tall.uses_eta_sums() else None
     if view is not None and view.phi is not None:
-        theta, start = _phi_expansion_steps(tall, view, start, rows, chunk_size)
+        theta, start = _expansion_steps(tall, PhiCoordinates(tall, view, chunk_size), start, rows, chunk_size)
         if theta is not None:
             return theta
     theta, start_value, best, concave = _subset_newton_steps(tall, start, rows, chunk_size)
@@ -125,45 +125,99 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
         theta = _newton_polish(tall, start, None, 1.0, chunk_size, steps=1)
         if _log_posterior(tall, theta, chunk_size) > start_value:
             return theta
-    # where the log posterior is not concave along the way (a non-centred μ + τz), the exact Hessian
+    else:
+        # a Hessian on the way was not negative definite: the prior's (a centred hierarchical
+        # model's a ~ N(μ, σ), 10⁷ rows: a step of 93 sds from the subset MAP left the concave
+        # region) or the rows' own (a non-centred τz). Expansions of the log-likelihood alone in θ,
+        # with the prior exact, keep the subset-Newton steps' few passes where the rows are
+        # concave (the centred model at 10⁷ rows: 3 passes against 11 of full-data L-BFGS)
+        theta, best = _expansion_steps(tall, ThetaCoordinates(tall, chunk_size), best, rows, chunk_size)
+        if theta is not None:
+            return theta
+    # where that fails too (the rows' log-likelihood not concave along the way), the exact Hessian
     # is not negative definite either: a pass of Jacobians saved (1 s of a 10⁶-row set-up)
     theta, _ = find_map_theta(tall, start=best, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
     return theta
 
 
-def _phi_expansion_steps(tall, view, start, rows, chunk_size, max_steps=6):
-    """For rows affine in a row-free φ(θ) (a non-centred hierarchical model): maximise the log
-    posterior with the log-likelihood replaced by its second-order expansion in φ at the current
-    point θ_j, log p(θ) + Σ_k f_k + Aᵀ Δφ + ½ Δφᵀ B Δφ (Δφ = φ(θ) − φ(θ_j); A the full-data gradient
-    in φ, one pass of :meth:`~pymc_subsample.model.distributional.DistributionalRegression.phi_gradient_sums`;
-    B from ``rows`` scaled by N/n), by L-BFGS in θ without the rows, then expand again there.
+class ThetaCoordinates:
+    """The log-likelihood's expansion in θ itself (φ(θ) = θ): A its full-data gradient in θ, B the
+    Hessian of a subset of rows (:meth:`TallModel.loglik_sum_value_grad_hessian`).
+    """
 
-    Why: the log posterior of a non-centred model is not concave in θ (τ z), so the Newton steps of
-    :func:`_subset_newton_steps` fail there and full-data L-BFGS took 12 passes at 10⁶ rows (0.6 s
-    of a 1.3 s set-up). The expansion is exact in φ's own non-linearity (second order in η only), so
-    each step contracts the distance to the mode by about the subset B's relative error, as the
-    Newton steps in θ do for a model affine in θ; the optimiser's many evaluations cost no rows.
+    def __init__(self, tall, chunk_size):
+        self.tall, self.chunk_size = tall, chunk_size
+
+    @staticmethod
+    def value(theta):
+        return np.asarray(theta, dtype=float)
+
+    @staticmethod
+    def vjp(theta, weights):
+        return weights
+
+    def gradient_pass(self, theta):
+        """(Σ_k ℓ_k, A) over all rows."""
+        return chunked_sum(self.tall, self.tall.loglik_sum_value_and_grad, theta, chunk_size=self.chunk_size)
+
+    def curvature(self, theta, rows):
+        """B over ``rows`` (unscaled)."""
+        return chunked_sum(self.tall, self.tall.loglik_sum_value_grad_hessian, theta, rows=rows,
+                           chunk_size=self.chunk_size)[2]
+
+
+class PhiCoordinates:
+    """The log-likelihood's expansion in a row-free φ(θ) that the rows are affine in
+    (:mod:`pymc_subsample.model.row_free`): A and B from η at the points in φ
+    (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.phi_sums`).
+    """
+
+    def __init__(self, tall, view, chunk_size):
+        self.tall, self.view, self.chunk_size = tall, view, chunk_size
+        self.value, self.vjp = view.phi.value, view.phi.vjp
+
+    def gradient_pass(self, theta):
+        return chunked_sum(self.tall, self.view.phi_gradient_sums, theta, chunk_size=self.chunk_size)
+
+    def curvature(self, theta, rows):
+        return chunked_sum(self.tall, self.view.phi_sums, theta, rows=rows, chunk_size=self.chunk_size)[2]
+
+
+def _expansion_steps(tall, coordinates, start, rows, chunk_size, max_steps=6):
+    """Maximise the log posterior with the log-likelihood replaced by its second-order expansion in
+    φ = ``coordinates.value(θ)`` at the current point θ_j, log p(θ) + Σ_k ℓ_k + Aᵀ Δφ + ½ Δφᵀ B Δφ
+    (Δφ = φ(θ) − φ(θ_j); A the full-data gradient in φ, one pass; B from ``rows`` scaled by N/n),
+    by L-BFGS in θ without the rows, then expand again there.
+
+    φ is a row-free φ(θ) that the rows are affine in (:class:`PhiCoordinates`, a non-centred
+    hierarchical model) or θ itself (:class:`ThetaCoordinates`, where the prior is not concave).
+    Why: such a log posterior is not concave in θ (τ z; a centred a ~ N(μ, σ)), so the Newton steps
+    of :func:`_subset_newton_steps` can fail, and full-data L-BFGS took 11-12 passes (non-centred
+    at 10⁶ rows: 0.6 s of a 1.3 s set-up; centred at 10⁷: 1.7 s). The expansion keeps the
+    non-concave part exact (φ's own non-linearity, the prior) and is second order in the rows' η
+    only, so each step contracts the distance to the mode by about the subset B's relative error,
+    as the Newton steps in θ do for a concave model; the optimiser's many evaluations cost no rows.
     B over all rows would converge in fewer steps, but a pass with B costs 2.5 gradient passes in φ
-    there (r = 21). At 10⁶ rows: 3 gradient passes in φ, 0.45 s for the centre against 0.65 s.
+    (non-centred, r = 21). At 10⁶ rows: 3 gradient passes in φ, 0.45 s for the centre against 0.65 s.
 
     Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode as the expansion predicts
     it, or None where a step lowered the log posterior or the steps did not converge; the best θ
     seen). The predicted distance is √(2·gain) of the expansion's maximum over θ_j.
     """
-    phi = view.phi
     scale = tall.n_rows / len(rows)
     theta = best = np.asarray(start, dtype=float)
     best_value, last_distance = -np.inf, None
     for _ in range(max_steps):
-        total, linear = chunked_sum(tall, view.phi_gradient_sums, theta, chunk_size=chunk_size)
+        total, linear = coordinates.gradient_pass(theta)
         prior, _ = tall.prior_value_and_grad(theta, setup=True)
         value = float(prior) + float(total)
         if not np.isfinite(value) or value < best_value:
             return None, best
         best, best_value = theta, value
-        _, _, subset_quadratic = chunked_sum(tall, view.phi_sums, theta, rows=rows, chunk_size=chunk_size)
-        quadratic = scale * subset_quadratic
-        expansion = (tall, phi, phi.value(theta), linear, quadratic)
+        quadratic = scale * coordinates.curvature(theta, rows)
+        if not _concave(quadratic):  # the expansion would have no maximum: not the rows' own shape
+            return None, best
+        expansion = (tall, coordinates, coordinates.value(theta), linear, quadratic)
         result = optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
                                    options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
         distance = np.sqrt(2.0 * max(-result.fun - float(prior), 0.0))
@@ -177,14 +231,22 @@ def _phi_expansion_steps(tall, view, start, rows, chunk_size, max_steps=6):
     return None, best
 
 
-def _negative_expansion(theta, tall, phi, expansion_point, linear, quadratic):
+def _concave(quadratic, rtol=1e-8):
+    """Whether ½ Δφᵀ B Δφ is concave (B negative semi-definite, to rounding): parameters that no
+    row reads (a centred model's μ and σ) leave B singular, and the prior bounds those directions.
+    """
+    eigenvalues = np.linalg.eigvalsh(0.5 * (quadratic + quadratic.T))
+    return bool(eigenvalues.max() <= rtol * max(np.abs(eigenvalues).max(), 1e-300))
+
+
+def _negative_expansion(theta, tall, coordinates, expansion_point, linear, quadratic):
     """−(log p(θ) + Aᵀ Δφ + ½ Δφᵀ B Δφ) and its gradient, Δφ = φ(θ) − ``expansion_point``."""
     prior, prior_grad = tall.prior_value_and_grad(theta, setup=True)
-    delta = phi.value(theta) - expansion_point
+    delta = coordinates.value(theta) - expansion_point
     objective = float(prior) + linear @ delta + 0.5 * delta @ quadratic @ delta
     if not np.isfinite(objective):
         return np.inf, np.zeros_like(theta)
-    return -objective, -(prior_grad + phi.vjp(theta, linear + quadratic @ delta))
+    return -objective, -(prior_grad + coordinates.vjp(theta, linear + quadratic @ delta))
 
 
 def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
