@@ -32,6 +32,7 @@ from pymc_subsample.model import function_cache
 
 __all__ = [
     "PYTHON_LINKER",
+    "PYTHON_LINKER_ARRAYS",
     "LinkedUnderHeaders",
     "SLOW_REWRITES",
     "compile_function",
@@ -116,15 +117,24 @@ def _link_under_headers(data):
         return LinkedUnderHeaders(pickle.loads(data))
 
 
-def compile_python(inputs, outputs):
+#: the Python linker for graphs over large arrays (a prior's gradient at hundreds of points): full
+#: rewriting removes the ``second`` ops of a gradient graph, which the light rewriting leaves to
+#: run one element at a time in Python (256 points, d = 1,004: 54 → 4 ms a call), and no fusion,
+#: whose fused ops would run so too (3.3 s)
+PYTHON_LINKER_ARRAYS = Mode(linker="py", optimizer="fast_run").excluding("fusion")
+
+
+def compile_python(inputs, outputs, *, arrays=False):
     """``pytensor.function`` on PyTensor's Python linker (:data:`PYTHON_LINKER`: no C module, light
-    rewriting), for graphs called a few times at set-up, or the same function from an earlier process.
+    rewriting; with ``arrays``, :data:`PYTHON_LINKER_ARRAYS`), for graphs called a few times at
+    set-up, or the same function from an earlier process.
     """
+    mode = PYTHON_LINKER_ARRAYS if arrays else PYTHON_LINKER
 
     def compile_(inputs, outputs):
-        return pytensor.function(inputs, outputs, mode=PYTHON_LINKER, on_unused_input="ignore")
+        return pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
 
-    return function_cache.cached_function(inputs, outputs, compile_, context=("compile_python",))
+    return function_cache.cached_function(inputs, outputs, compile_, context=("compile_python", arrays))
 
 
 #: seconds of a set-up without the garbage collector's automatic collections, at most

@@ -48,6 +48,7 @@ from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, P
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python
+from pymc_subsample.model.one_hot import PointLayout, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, row_free_frontier
 
 __all__ = [
@@ -171,6 +172,7 @@ class DistributionalRegression:
         self._raw_graphs, self._raw_to_eta = raw_graphs, raw_to_eta
         # η at k points at once, compiled on first use (the link check ran without C)
         self._theta_points = self._phi_points = None
+        self._layouts = {}  # in θ (False) and in φ (True): PointLayout, on first use
         self._terms_function = None
         self._vjp_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
@@ -244,11 +246,29 @@ class DistributionalRegression:
     def eta_components_at_phis(self, phis, batch) -> list:
         """η_j at each row of ``phis`` (k, r): one (k, m) array per η, as :meth:`eta_components_at_thetas`."""
         if self._phi_points is None:
-            eta_phi = pytensor.graph_replace(self.eta_rows, dict(zip(self.phi.graphs, self.phi.inputs)),
-                                             strict=False)
-            self._phi_points = PointsFunction(self.phi.inputs, eta_phi, self.tall.batch_inputs,
+            self._phi_points = PointsFunction(self.phi.inputs, self._eta_in_phi(), self.tall.batch_inputs,
                                               self.phi.split_points)
         return self._phi_points(phis, batch)
+
+    def _eta_in_phi(self):
+        replace = dict(zip(self.phi.graphs, self.phi.inputs))
+        return pytensor.graph_replace(self.eta_rows, replace, strict=False)
+
+    def _layout(self, phi=False) -> PointLayout:
+        """The points η's Jacobian is read at, in θ or in φ: 0, the unit vectors, and one indicator
+        per group block (:mod:`~pymc_subsample.model.one_hot`), found in η's graph on first use.
+        """
+        if phi not in self._layouts:
+            if phi:
+                sizes = self.phi.piece_sizes
+                offsets = np.cumsum([0, *sizes[:-1]])
+                sources = [(v, int(o), n) for v, o, n in zip(self.phi.inputs, offsets, sizes, strict=True)]
+                graphs, n = self._eta_in_phi(), self.phi.size
+            else:
+                sources, graphs, n = [(self.tall.theta, 0, self.tall.ndim)], self.eta_rows, self.tall.ndim
+            blocks = find_one_hot_blocks(graphs, sources, self.tall.batch_inputs)
+            self._layouts[phi] = PointLayout(n, blocks, self.tall.batch_inputs)
+        return self._layouts[phi]
 
     def phi_offset_and_jacobian(self, batch):
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
@@ -303,8 +323,9 @@ class DistributionalRegression:
         total = float(np.sum(terms.value))
         if not hessian and self.tall.ndim > JACOBIAN_GRADIENT_MAX_D:
             return total, self.eta_vjp(terms.first, batch, theta)
-        points = self.eta_components_at_thetas(_zero_and_unit_vectors(self.tall.ndim), batch)
-        grad, hess = _jacobian_products(points, terms, hessian)
+        layout = self._layout()
+        points = self.eta_components_at_thetas(layout.points, batch)
+        grad, hess = _products(layout, points, terms, hessian, batch)
         return (total, grad, hess) if hessian else (total, grad)
 
     def phi_sums(self, theta, batch, hessian=True):
@@ -315,8 +336,9 @@ class DistributionalRegression:
         200 ms).
         """
         terms = self.row_terms(theta, batch)
-        points = self.eta_components_at_phis(_zero_and_unit_vectors(self.phi.size), batch)
-        a, b = _jacobian_products(points, terms, hessian)
+        layout = self._layout(phi=True)
+        points = self.eta_components_at_phis(layout.points, batch)
+        a, b = _products(layout, points, terms, hessian, batch)
         return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)
 
     def phi_gradient_sums(self, theta, batch):
@@ -349,6 +371,15 @@ def _affine_offset_and_jacobian(evaluate_points, d):
 def _zero_and_unit_vectors(d):
     """0 and the d unit vectors of R^d, as rows (d + 1, d): the points η's Jacobian is read at."""
     return np.vstack([np.zeros(d), np.eye(d)])
+
+
+def _products(layout, points, terms, hessian, batch):
+    """:func:`_jacobian_products`, or with group blocks their ``bincount`` form
+    (:func:`~pymc_subsample.model.one_hot.jacobian_products`).
+    """
+    if not layout.blocks:
+        return _jacobian_products(points, terms, hessian)
+    return jacobian_products(layout, layout.owners(batch), points, terms, hessian)
 
 
 def _jacobian_products(points, terms, hessian):

@@ -96,6 +96,11 @@ class RowFreeParameters:
             raise RuntimeError("RowFreeParameters.value must be called once before its size is known.")
         return int(sum(int(np.prod(s)) for s in self._shapes))
 
+    @property
+    def piece_sizes(self) -> list[int]:
+        """The number of values of each piece, in order (:meth:`value` called once before)."""
+        return [int(np.prod(shape)) for shape in self._shapes]
+
     def split(self, flat) -> list:
         """The pieces of a flat φ (r,), each in its graph's shape and dtype, as inputs of η(φ)."""
         return [piece[0] for piece in self.split_points(np.asarray(flat)[None])]

@@ -21,7 +21,7 @@ from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import PYTHON_LINKER, compile_function, compile_python
-from pymc_subsample.model.differences import central_hessian
+from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
@@ -188,8 +188,14 @@ class TallModel:
         for a d×d matrix used twice at set-up (Newton step, Laplace precision). The step
         h = 1e-5·max(1, |θ_j|) leaves a relative error of about 1e-10 on smooth priors.
         """
+        gradients = None
+        if self.ndim >= VECTORISED_MIN_D:  # a hierarchical model's many groups: few vectorised calls
+            if "prior_gradients" not in self._functions:
+                self._functions["prior_gradients"] = vectorised_gradient(
+                    self.theta, pytensor.grad(self.prior_graph, self.theta))
+            gradients = self._functions["prior_gradients"]
         return central_hessian(lambda t: self.prior_value_and_grad(t, setup=True)[1],
-                               _as_theta(theta, self.theta.dtype))
+                               _as_theta(theta, self.theta.dtype), gradients)
 
     def loglik_rows(self, theta, batch):
         """Per-row log-likelihoods ℓ_k(theta) for the rows in ``batch``, shape (m,)."""

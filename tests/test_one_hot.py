@@ -1,0 +1,115 @@
+"""Group effects a[g_k] in η as blocks of the set-up's Jacobian (model/one_hot.py), and the prior's
+Hessian at many coordinates from vectorised gradients (model/differences.py)."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.model.chunks import chunked_sum
+from pymc_subsample.model.one_hot import PointLayout
+
+
+def _crossed_poisson(n=3000, groups=(7, 5), seed=0, also_direct=False, centred=True):
+    """log μ_k = a[g_k] + c[h_k] + b x_k + log exposure_k: two crossed group effects and an offset."""
+    rng = np.random.default_rng(seed)
+    g, h = rng.integers(0, groups[0], n), rng.integers(0, groups[1], n)
+    x, exposure = rng.normal(size=n), rng.uniform(0.5, 2.0, n)
+    y = rng.poisson(exposure * np.exp(0.3 * x + 0.2))
+    with pm.Model() as model:
+        g_, h_, x_ = pm.Data("g", g), pm.Data("h", h), pm.Data("x", x)
+        log_exposure = pm.Data("log_exposure", np.log(exposure))
+        if centred:
+            a = pm.Normal("a", 0, 1, shape=groups[0])
+        else:
+            tau = pm.HalfNormal("tau", 1)
+            a = pm.Deterministic("a", tau * pm.Normal("z", 0, 1, shape=groups[0]))
+        c = pm.Normal("c", 0, 1, shape=groups[1])
+        b = pm.Normal("b", 0, 1)
+        eta = a[g_] + c[h_] + b * x_ + log_exposure
+        if also_direct:  # a read outside a[g]: its coordinates are no block
+            eta = eta + a[0] * x_
+        pm.Poisson("y", mu=pm.math.exp(eta), observed=pm.Data("y_obs", y))
+    return model
+
+
+def _blocks(view, phi=False):
+    return [(block.start, block.stop) for block in view._layout(phi=phi).blocks]
+
+
+def test_group_blocks_are_found_where_each_row_reads_one_entry():
+    tall = pms.TallModel(_crossed_poisson())
+    view = tall.regression_view
+    assert view is not None and view.phi is None
+    assert _blocks(view) == [(0, 7), (7, 12)]  # a and c; b (coordinate 12) is dense
+    assert view._layout().points.shape[0] == 1 + 1 + 2  # 0, b's unit vector, two indicators
+
+    direct = pms.TallModel(_crossed_poisson(also_direct=True)).regression_view
+    assert _blocks(direct) == [(7, 12)]  # a is also read as a[0]: not a block
+
+    noncentred = pms.TallModel(_crossed_poisson(centred=False))
+    view = noncentred.regression_view
+    assert view.phi is not None
+    view.phi.value(noncentred.initial_theta)
+    assert len(_blocks(view, phi=True)) == 2  # a = τz and c, as pieces of φ
+
+
+@pytest.mark.parametrize("centred", [True, False])
+def test_sums_with_group_blocks_equal_the_dense_jacobian(centred):
+    """Σℓ, Σ∇ℓ, ΣH (in θ) and Σf, A, B (in φ) through the blocks' bincounts equal the products over
+    the full Jacobian (η at every unit vector), with an offset in η and two crossed groups."""
+    tall = pms.TallModel(_crossed_poisson(centred=centred))
+    view = tall.regression_view
+    theta = tall.initial_theta + np.random.default_rng(1).normal(scale=0.3, size=tall.ndim)
+    checks = [(False, view.sums, tall.ndim)]
+    if view.phi is not None:
+        view.phi.value(theta)
+        checks.append((True, view.phi_sums, view.phi.size))
+    for phi, sums, n in checks:
+        assert view._layout(phi=phi).blocks
+        with_blocks = chunked_sum(tall, sums, theta, chunk_size=1000)
+        view._layouts[phi] = PointLayout(n, [], tall.batch_inputs)
+        dense = chunked_sum(tall, sums, theta, chunk_size=1000)
+        for a, b in zip(with_blocks, dense, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("d", [10, 100])
+def test_prior_hessian_is_the_analytic_one_below_and_above_the_vectorised_size(d):
+    """z ~ N(0, s) has ∇² log p = −diag(1/s²); from d = 64 on the 2d gradients come from a few
+    vectorised calls."""
+    from pymc_subsample.model.differences import VECTORISED_MIN_D
+
+    s = np.linspace(0.5, 3.0, d)
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        z = pm.Normal("z", 0, s, shape=d)
+        pm.Normal("y", z.sum(), 1, observed=pm.Data("y_obs", rng.normal(size=200)))
+    tall = pms.TallModel(model)
+    hess = tall.prior_hessian(rng.normal(size=d))
+    np.testing.assert_allclose(hess, -np.diag(1 / s**2), rtol=1e-7, atol=1e-7)
+    assert ("prior_gradients" in tall._functions) == (d >= VECTORISED_MIN_D)
+    assert d < VECTORISED_MIN_D or tall._functions["prior_gradients"] is not None
+
+
+def test_a_range_read_anywhere_else_is_no_block():
+    """Graphs written by hand: θ[0:3][g] is a block; not when θ[1] (an overlapping slice) or the
+    gathered vector itself (x.sum()) is also read, nor where the index reads θ."""
+    import pytensor.tensor as pt
+
+    from pymc_subsample.model.one_hot import find_one_hot_blocks
+
+    theta, g, x = pt.vector("theta", shape=(5,)), pt.lvector("g"), pt.vector("x")
+    a = theta[0:3].reshape((3,))
+    sources = [(theta, 0, 5)]
+
+    def blocks(eta):
+        return [(b.start, b.stop) for b in find_one_hot_blocks([eta], sources, [g, x])]
+
+    assert blocks(a[g] + theta[3] * x) == [(0, 3)]
+    assert blocks(a[g] + theta[1] * x) == []  # an overlapping slice
+    assert blocks(a[g] + a.sum() * x) == []  # the vector itself
+    piece = theta[0:3]
+    assert blocks(piece.reshape((3,))[g] + piece.sum() * x) == []  # the slice under the reshape
+    assert blocks(theta[0:3][g] + theta[0:3].sum()) == []  # the same range, another slice node
+    assert blocks(a[g + pt.cast(theta[4], "int64")] * x) == []  # an index that reads θ
