@@ -113,3 +113,24 @@ def test_a_range_read_anywhere_else_is_no_block():
     assert blocks(piece.reshape((3,))[g] + piece.sum() * x) == []  # the slice under the reshape
     assert blocks(theta[0:3][g] + theta[0:3].sum()) == []  # the same range, another slice node
     assert blocks(a[g + pt.cast(theta[4], "int64")] * x) == []  # an index that reads θ
+
+
+def test_phi_jacobian_and_contracted_hessian_at_many_groups_equal_one_call_per_point():
+    """From 64 coordinates on, Dφ (r reverse passes) and Σ_i c_i ∇²φ_i (2d of them) come from one
+    vectorised call each: the same numbers as one call per unit vector or per point."""
+    from zoo import hierarchical_noncentred
+
+    from pymc_subsample.model.differences import central_hessian
+
+    tall = pms.TallModel(hierarchical_noncentred(2000, groups=80))
+    phi = tall.regression_view.phi
+    theta = tall.initial_theta + np.random.default_rng(2).normal(scale=0.3, size=tall.ndim)
+    phi.value(theta)
+    assert phi.size >= 64 and tall.ndim >= 64
+    jac = phi.jacobian(theta)
+    assert phi._vectorised_fns["jacobian"] is not None
+    np.testing.assert_allclose(jac, np.stack([phi.vjp(theta, e) for e in np.eye(phi.size)]), atol=1e-12)
+    weights = np.random.default_rng(3).normal(size=phi.size)
+    hess = phi.contracted_hessian(theta, weights)
+    assert phi._vectorised_fns["hessian"] is not None
+    np.testing.assert_allclose(hess, central_hessian(lambda t: phi.vjp(t, weights), theta), atol=1e-8)

@@ -50,9 +50,9 @@ def _groups(rng, n, k=20):
     return rng.integers(0, k, size=n), k
 
 
-def hierarchical_noncentred(n, seed=0):
+def hierarchical_noncentred(n, seed=0, groups=20):
     rng = np.random.default_rng(seed)
-    group, k = _groups(rng, n)
+    group, k = _groups(rng, n, groups)
     x = rng.normal(size=n)
     a_true = rng.normal(0.2, 0.5, size=k)
     y = rng.random(n) < 1 / (1 + np.exp(-(a_true[group] + 0.7 * x)))
@@ -68,9 +68,9 @@ def hierarchical_noncentred(n, seed=0):
     return model
 
 
-def hierarchical_centred(n, seed=0):
+def hierarchical_centred(n, seed=0, groups=20):
     rng = np.random.default_rng(seed)
-    group, k = _groups(rng, n)
+    group, k = _groups(rng, n, groups)
     x = rng.normal(size=n)
     a_true = rng.normal(0.2, 0.5, size=k)
     y = a_true[group] + 0.7 * x + rng.normal(size=n)

@@ -23,7 +23,7 @@ import pytensor.tensor as pt
 from pytensor.graph.traversal import toposort
 
 from pymc_subsample.model.compile import compile_function, compile_python
-from pymc_subsample.model.differences import central_hessian
+from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 
 __all__ = ["RowFreeParameters", "row_free_frontier"]
 
@@ -78,6 +78,7 @@ class RowFreeParameters:
         self._shapes = None
         self._sum_fn = None
         self._last_jacobian = None
+        self._vectorised_fns = {}
 
     def _theta_arg(self, theta):
         return np.asarray(theta, dtype=self.theta.dtype)
@@ -132,7 +133,11 @@ class RowFreeParameters:
         """
         key = self._theta_arg(theta).tobytes()
         if self._last_jacobian is None or self._last_jacobian[0] != key:
-            jac = np.stack([self.vjp(theta, e) for e in np.eye(self.size)])
+            rows = self._vectorised("jacobian") if self.size >= VECTORISED_MIN_D else None
+            if rows is not None:  # many groups: the r reverse passes in one call
+                jac = np.asarray(rows(np.eye(self.size), self._theta_arg(theta)), dtype=float)
+            else:
+                jac = np.stack([self.vjp(theta, e) for e in np.eye(self.size)])
             jac.setflags(write=False)  # shared by every caller with this θ
             self._last_jacobian = (key, jac)
         return self._last_jacobian[1]
@@ -141,7 +146,23 @@ class RowFreeParameters:
         """Σ_i c_i ∇²φ_i(θ), shape (d, d), for weights c (r,): central differences of the exact
         Dφᵀc with h = 1e-5·max(1, |θ_j|), symmetrised.
         """
-        return central_hessian(lambda t: self.vjp(t, weights), np.asarray(theta, dtype=float))
+        gradients = None
+        if self.ndim >= VECTORISED_MIN_D:
+            at_points = self._vectorised("hessian")
+            weights = np.asarray(weights, dtype=float)
+            gradients = None if at_points is None else (lambda points: at_points(points, weights))
+        return central_hessian(lambda t: self.vjp(t, weights), np.asarray(theta, dtype=float), gradients)
+
+    def _vectorised(self, over):
+        """Dφᵀc at many c (``over="jacobian"``: a function of (c's (k, r), θ)) or at many θ
+        (``"hessian"``: of (θ's (k, d), c)) in one call (:func:`vectorised_gradient`), or None.
+        """
+        if over not in self._vectorised_fns:
+            c = pt.vector("phi_weights", dtype="float64")
+            vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
+            self._vectorised_fns[over] = (vectorised_gradient(c, vjp, [self.theta]) if over == "jacobian"
+                                          else vectorised_gradient(self.theta, vjp, [c]))
+        return self._vectorised_fns[over]
 
     def quadratic_graph(self, center_phi, linear, quadratic, order):
         """Aᵀ Δφ + ½ Δφᵀ B Δφ, truncated at ``order``, with Δφ = φ(θ) − φ*: a graph in θ (the arguments
