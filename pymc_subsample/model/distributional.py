@@ -173,6 +173,7 @@ class DistributionalRegression:
         # η at k points at once, compiled on first use (the link check ran without C)
         self._theta_points = self._phi_points = None
         self._layouts = {}  # in θ (False) and in φ (True): PointLayout, on first use
+        self._eta_phi = None
         self._terms_function = None
         self._vjp_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
@@ -251,8 +252,11 @@ class DistributionalRegression:
         return self._phi_points(phis, batch)
 
     def _eta_in_phi(self):
-        replace = dict(zip(self.phi.graphs, self.phi.inputs))
-        return pytensor.graph_replace(self.eta_rows, replace, strict=False)
+        """η's graphs with φ's pieces as inputs (built once: the points function and the layout)."""
+        if self._eta_phi is None:
+            replace = dict(zip(self.phi.graphs, self.phi.inputs))
+            self._eta_phi = pytensor.graph_replace(self.eta_rows, replace, strict=False)
+        return self._eta_phi
 
     def _layout(self, phi=False) -> PointLayout:
         """The points η's Jacobian is read at, in θ or in φ: 0, the unit vectors, and one indicator
@@ -300,11 +304,11 @@ class DistributionalRegression:
 
     def sums(self, theta, batch, hessian=True):
         """Σ_k f(y_k, η_k), Σ_k ∇ℓ_k and (with ``hessian``) Σ_k H_k in θ over ``batch`` at θ, from one
-        call of the elementwise function and η at 0 and the d unit vectors (one vectorised call),
-        whose differences are η's exact Jacobian J: Σ_k J_kᵀ∇f_k and Σ_k J_kᵀ F''_k J_k
-        (:func:`_jacobian_products`). The gradient alone, for more than
-        :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η instead
-        (:meth:`eta_vjp`, O(m d) against J's O(m d²)). Where η is affine in φ(θ), the gradient is
+        call of the elementwise function and η at 0 and the d unit vectors (one vectorised call; one
+        indicator per group block), whose differences are η's exact Jacobian J: Σ_k J_kᵀ∇f_k and
+        Σ_k J_kᵀ F''_k J_k (:func:`~pymc_subsample.model.one_hot.jacobian_products`). The gradient
+        alone, for more than :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η
+        instead (:meth:`eta_vjp`, O(m d) against J's O(m d²)). Where η is affine in φ(θ), the gradient is
         Dφᵀ A with A from η at the r + 1 points in φ (:meth:`phi_sums`), and the Hessian by the chain
         rule: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. Such a model's gradient in θ once came from :meth:`eta_vjp`
         (a full pass of the non-centred zoo model at 10⁶ rows: 31 ms against ~80 ms from the
@@ -325,7 +329,7 @@ class DistributionalRegression:
             return total, self.eta_vjp(terms.first, batch, theta)
         layout = self._layout()
         points = self.eta_components_at_thetas(layout.points, batch)
-        grad, hess = _products(layout, points, terms, hessian, batch)
+        grad, hess = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (total, grad, hess) if hessian else (total, grad)
 
     def phi_sums(self, theta, batch, hessian=True):
@@ -338,7 +342,7 @@ class DistributionalRegression:
         terms = self.row_terms(theta, batch)
         layout = self._layout(phi=True)
         points = self.eta_components_at_phis(layout.points, batch)
-        a, b = _products(layout, points, terms, hessian, batch)
+        a, b = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)
 
     def phi_gradient_sums(self, theta, batch):
@@ -371,42 +375,6 @@ def _affine_offset_and_jacobian(evaluate_points, d):
 def _zero_and_unit_vectors(d):
     """0 and the d unit vectors of R^d, as rows (d + 1, d): the points η's Jacobian is read at."""
     return np.vstack([np.zeros(d), np.eye(d)])
-
-
-def _products(layout, points, terms, hessian, batch):
-    """:func:`_jacobian_products`, or with group blocks their ``bincount`` form
-    (:func:`~pymc_subsample.model.one_hot.jacobian_products`).
-    """
-    if not layout.blocks:
-        return _jacobian_products(points, terms, hessian)
-    return jacobian_products(layout, layout.owners(batch), points, terms, hessian)
-
-
-def _jacobian_products(points, terms, hessian):
-    """(Σ_k J_kᵀ∇f_k, Σ_k J_kᵀ F''_k J_k or None) over a batch, for η affine in d coordinates.
-
-    ``points``: η_j at 0 and the d unit vectors, one (d + 1, m) array per η, so that
-    J_kᵀ's j-th block is ``points[j][1:, k] − points[j][0, k]``; ``terms``: :class:`RowTerms`.
-    Written per pair of η's as matrix products over the rows, in the layout the points come in:
-    the gradient needs no difference at all (one matrix-vector product per η), the Hessian at most
-    one (d, m) difference per η and one (d, m)·(m, d) product per pair. The (m, p, d) Jacobian these
-    sums were once taken from cost more in copies (stacking, moving its axes) than in arithmetic:
-    a 20,000-row chunk of the linear zoo model took 1.04 ms for the gradient and 3.2 ms with the
-    Hessian (PyMC's own gradient of the same rows: 0.16 ms).
-    """
-    grad = 0.0
-    for values, first in zip(points, terms.first, strict=True):
-        products = values @ np.broadcast_to(first, values.shape[1:])
-        grad = grad + (products[1:] - products[0])
-    if not hessian:
-        return grad, None
-    # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
-    differences = [values[1:] - values[0] if values[0].any() else values[1:] for values in points]
-    hess = 0.0
-    for (j, k), second in terms.second.items():
-        block = (differences[j] * second) @ differences[k].T
-        hess = hess + (block if j == k else block + block.T)
-    return grad, hess
 
 
 class PointsFunction:

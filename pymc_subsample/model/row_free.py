@@ -79,6 +79,7 @@ class RowFreeParameters:
         self._sum_fn = None
         self._last_jacobian = None
         self._vectorised_fns = {}
+        self._vjp = None
 
     def _theta_arg(self, theta):
         return np.asarray(theta, dtype=self.theta.dtype)
@@ -119,11 +120,17 @@ class RowFreeParameters:
     def vjp(self, theta, weights) -> np.ndarray:
         """Dφ(θ)ᵀc for weights c (r,), shape (d,): one reverse pass through φ's graph."""
         if self._vjp_fn is None:
-            c = pt.vector("phi_weights", dtype="float64")
-            vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
+            c, vjp = self._vjp_graph()
             self._vjp_fn = compile_python([self.theta, c], vjp)
         weights = np.asarray(weights, dtype=float)
         return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
+
+    def _vjp_graph(self):
+        """(c, Dφ(θ)ᵀc): the graph of :meth:`vjp` and of its vectorised forms, built once."""
+        if self._vjp is None:
+            c = pt.vector("phi_weights", dtype="float64")
+            self._vjp = (c, pytensor.grad(pt.dot(c, self._flat), self.theta))
+        return self._vjp
 
     def jacobian(self, theta) -> np.ndarray:
         """Dφ(θ), shape (r, d): :meth:`vjp` along each unit vector, exact.
@@ -158,8 +165,7 @@ class RowFreeParameters:
         (``"hessian"``: of (θ's (k, d), c)) in one call (:func:`vectorised_gradient`), or None.
         """
         if over not in self._vectorised_fns:
-            c = pt.vector("phi_weights", dtype="float64")
-            vjp = pytensor.grad(pt.dot(c, self._flat), self.theta)
+            c, vjp = self._vjp_graph()
             self._vectorised_fns[over] = (vectorised_gradient(c, vjp, [self.theta]) if over == "jacobian"
                                           else vectorised_gradient(self.theta, vjp, [c]))
         return self._vectorised_fns[over]
