@@ -74,6 +74,35 @@ def test_sums_with_group_blocks_equal_the_dense_jacobian(centred):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
 
 
+def _group_effects_in_mean_and_scale(n=3000, seed=0):
+    """y_k ~ Normal(a[g_k] + b x_k, exp(c[h_k] + s)): each η reads its own block and dense coordinate,
+    so every cross product between the mean's and the scale's η pairs a block with zeros."""
+    rng = np.random.default_rng(seed)
+    g, h, x = rng.integers(0, 6, n), rng.integers(0, 4, n), rng.normal(size=n)
+    y = rng.normal(0.3 * x + 0.1 * g, np.exp(0.2 * h - 0.5))
+    with pm.Model() as model:
+        g_, h_, x_ = pm.Data("g", g), pm.Data("h", h), pm.Data("x", x)
+        a, c = pm.Normal("a", 0, 1, shape=6), pm.Normal("c", 0, 1, shape=4)
+        b, s = pm.Normal("b", 0, 1), pm.Normal("s", 0, 1)
+        pm.Normal("y", mu=a[g_] + b * x_, sigma=pm.math.exp(c[h_] + s), observed=pm.Data("y_obs", y))
+    return model
+
+
+def test_blocks_read_by_different_etas_give_the_dense_jacobian_sums():
+    """Products skipped where an η reads neither the block nor the coordinate (the mean's η reads no
+    c, the scale's no a or b) leave Σ H_k as over the full Jacobian, cross terms included."""
+    tall = pms.TallModel(_group_effects_in_mean_and_scale())
+    view = tall.regression_view
+    assert _blocks(view) == [(0, 6), (6, 10)]
+    theta = tall.initial_theta + np.random.default_rng(1).normal(scale=0.3, size=tall.ndim)
+    with_blocks = chunked_sum(tall, view.sums, theta, chunk_size=1000)
+    view._layouts[False] = PointLayout(tall.ndim, [], tall.batch_inputs)
+    dense = chunked_sum(tall, view.sums, theta, chunk_size=1000)
+    assert np.abs(dense[2][:6, 6:]).min() > 1e-3  # the a-c cross terms are there to get wrong
+    for a, b in zip(with_blocks, dense, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
 @pytest.mark.parametrize("d", [10, 100])
 def test_prior_hessian_is_the_analytic_one_below_and_above_the_vectorised_size(d):
     """z ~ N(0, s) has ∇² log p = −diag(1/s²); from d = 64 on the 2d gradients come from a few

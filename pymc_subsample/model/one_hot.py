@@ -178,9 +178,14 @@ def jacobian_products(layout, owners, points, terms, hessian):
         products = values[:1 + nd] @ first
         grad[layout.dense] += products[1:] - products[0]
         for block, owner, coef in zip(layout.blocks, owners, coefs_j, strict=True):
-            grad[block.start:block.stop] += np.bincount(owner, coef * first, minlength=block.size)
+            if coef.any():  # an η that does not read the block: its sums are zero
+                grad[block.start:block.stop] += np.bincount(owner, coef * first, minlength=block.size)
     if not hessian:
         return grad, None
+    # η's values come in Fortran order (one row per point a stride of k values apart): every
+    # product and test below along a point's row ran 4-20× slower on that view than on a C-order
+    # copy, whose making costs about one such product (20,000 rows, 6 points: 49 µs)
+    points = [np.ascontiguousarray(values) for values in points]
     # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
     dense = [values[1:1 + nd] - values[0] if values[0].any() else values[1:1 + nd] for values in points]
     hess = np.zeros((layout.n, layout.n))
@@ -192,20 +197,36 @@ def jacobian_products(layout, owners, points, terms, hessian):
 
 
 def _weighted_products(layout, owners, a, w, b):
-    """Σ_k a_k w_k b_kᵀ (n, n) for two Jacobians in ``layout``'s form: (dense rows, block coefficients)."""
+    """Σ_k a_k w_k b_kᵀ (n, n) for two Jacobians in ``layout``'s form: (dense rows, block coefficients).
+
+    The block parts are ``bincount``s of m rows each; those whose factors are zero on every row of
+    the batch (a coordinate or block the η does not read: the scale's η of a Normal reads no group
+    effect) add nothing and are skipped, which a cheap ``any`` per row of the Jacobian tells. The
+    centred hierarchical zoo model: 27 → 4 bincounts per
+    20,000-row chunk; with the C-order points (:func:`jacobian_products`) 1.1 → 0.23 ms a call, and its
+    warm set-up at 10⁷ rows 2.4 → 1.8 s.
+    """
     (dense_a, coefs_a), (dense_b, coefs_b) = a, b
     if not layout.blocks:
         return (dense_a * w) @ dense_b.T
     out = np.zeros((layout.n, layout.n))
     cols = layout.dense
     out[np.ix_(cols, cols)] = (dense_a * w) @ dense_b.T
+    read_a, read_b = dense_a.any(axis=1), dense_b.any(axis=1)
     for i, (block, owner) in enumerate(zip(layout.blocks, owners, strict=True)):
         rows = slice(block.start, block.stop)
-        weighted_a, weighted_b = coefs_a[i] * w, coefs_b[i] * w
+        weighted_a = coefs_a[i] * w if coefs_a[i].any() else None
+        weighted_b = coefs_b[i] * w if coefs_b[i].any() else None
         for c, col in enumerate(cols):
-            out[rows, col] += np.bincount(owner, weighted_a * dense_b[c], minlength=block.size)
-            out[col, rows] += np.bincount(owner, weighted_b * dense_a[c], minlength=block.size)
+            if weighted_a is not None and read_b[c]:
+                out[rows, col] += np.bincount(owner, weighted_a * dense_b[c], minlength=block.size)
+            if weighted_b is not None and read_a[c]:
+                out[col, rows] += np.bincount(owner, weighted_b * dense_a[c], minlength=block.size)
+        if weighted_a is None:
+            continue
         for i2, (other, owner2) in enumerate(zip(layout.blocks, owners, strict=True)):
+            if not coefs_b[i2].any():
+                continue
             weights = weighted_a * coefs_b[i2]
             if i2 == i:
                 out[rows, rows] += np.diag(np.bincount(owner, weights, minlength=block.size))
