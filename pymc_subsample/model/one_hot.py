@@ -15,6 +15,7 @@ pass costs O(N (d_dense + blocks)) evaluations of η and O(N) per block in the p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pytensor.tensor as pt
@@ -158,6 +159,15 @@ class PointLayout:
                 for index, block in zip(self._owners(*batch), self.blocks, strict=True)]
 
 
+class _EtaJacobian(NamedTuple):
+    """One η's Jacobian over a batch in a layout's form, and which parts of it η reads at all."""
+
+    dense: np.ndarray  # (number of dense coordinates, m): ∂η_k/∂θ_c
+    coefs: list  # per block, (m,): η at the block's indicator minus η at 0
+    reads_dense: np.ndarray  # (number of dense coordinates,) bool: a nonzero ∂η_k/∂θ_c in the batch
+    reads_block: list  # per block, bool
+
+
 def jacobian_products(layout, owners, points, terms, hessian):
     """(Σ_k J_kᵀ∇f_k, Σ_k J_kᵀ F''_k J_k or None) over a batch for η affine in ``layout.n``
     coordinates, from η at ``layout.points`` (one (k, m) array per η) and ``terms`` (``RowTerms``);
@@ -171,63 +181,66 @@ def jacobian_products(layout, owners, points, terms, hessian):
     Hessian (PyMC's own gradient of the same rows: 0.16 ms). Each block: ``bincount`` over its owners.
     """
     nd = layout.dense.size
+    if hessian or layout.blocks:
+        # η's values come in Fortran order (one row per point a stride of k values apart): every
+        # product, difference and test below along a point's row ran 4-20× slower on that view than
+        # on a C-order copy, whose making costs about one such product (20,000 rows, 6 points: 49 µs)
+        points = [np.ascontiguousarray(values) for values in points]
     coefs = [[values[1 + nd + i] - values[0] for i in range(len(layout.blocks))] for values in points]
+    reads_block = [[bool(coef.any()) for coef in coefs_j] for coefs_j in coefs]
     grad = np.zeros(layout.n)
-    for values, first, coefs_j in zip(points, terms.first, coefs, strict=True):
+    for values, first, coefs_j, reads in zip(points, terms.first, coefs, reads_block, strict=True):
         first = np.broadcast_to(first, values.shape[1:])
         products = values[:1 + nd] @ first
         grad[layout.dense] += products[1:] - products[0]
-        for block, owner, coef in zip(layout.blocks, owners, coefs_j, strict=True):
-            if coef.any():  # an η that does not read the block: its sums are zero
+        for block, owner, coef, read in zip(layout.blocks, owners, coefs_j, reads, strict=True):
+            if read:  # an η that does not read the block adds nothing to its sums
                 grad[block.start:block.stop] += np.bincount(owner, coef * first, minlength=block.size)
     if not hessian:
         return grad, None
-    # η's values come in Fortran order (one row per point a stride of k values apart): every
-    # product and test below along a point's row ran 4-20× slower on that view than on a C-order
-    # copy, whose making costs about one such product (20,000 rows, 6 points: 49 µs)
-    points = [np.ascontiguousarray(values) for values in points]
-    # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
-    dense = [values[1:1 + nd] - values[0] if values[0].any() else values[1:1 + nd] for values in points]
+    jacobians = []
+    for values, coefs_j, reads in zip(points, coefs, reads_block, strict=True):
+        # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
+        dense = values[1:1 + nd] - values[0] if values[0].any() else values[1:1 + nd]
+        reads_dense = dense.any(axis=1) if layout.blocks else None
+        jacobians.append(_EtaJacobian(dense, coefs_j, reads_dense, reads))
     hess = np.zeros((layout.n, layout.n))
     for (j, k), second in terms.second.items():
         w = np.broadcast_to(second, points[j].shape[1:])
-        block = _weighted_products(layout, owners, (dense[j], coefs[j]), w, (dense[k], coefs[k]))
+        block = _weighted_products(layout, owners, jacobians[j], w, jacobians[k])
         hess += block if j == k else block + block.T
     return grad, hess
 
 
 def _weighted_products(layout, owners, a, w, b):
-    """Σ_k a_k w_k b_kᵀ (n, n) for two Jacobians in ``layout``'s form: (dense rows, block coefficients).
+    """Σ_k a_k w_k b_kᵀ (n, n) for two η's Jacobians ``a`` and ``b`` (:class:`_EtaJacobian`).
 
     The block parts are ``bincount``s of m rows each; those whose factors are zero on every row of
     the batch (a coordinate or block the η does not read: the scale's η of a Normal reads no group
-    effect) add nothing and are skipped, which a cheap ``any`` per row of the Jacobian tells. The
-    centred hierarchical zoo model: 27 → 4 bincounts per
-    20,000-row chunk; with the C-order points (:func:`jacobian_products`) 1.1 → 0.23 ms a call, and its
-    warm set-up at 10⁷ rows 2.4 → 1.8 s.
+    effect) add nothing and are skipped. The centred hierarchical zoo model: 27 → 4 bincounts per
+    20,000-row chunk; with the C-order points (:func:`jacobian_products`) 1.1 → 0.23 ms a call, and
+    its warm set-up at 10⁷ rows 2.4 → 1.8 s.
     """
-    (dense_a, coefs_a), (dense_b, coefs_b) = a, b
     if not layout.blocks:
-        return (dense_a * w) @ dense_b.T
+        return (a.dense * w) @ b.dense.T
     out = np.zeros((layout.n, layout.n))
     cols = layout.dense
-    out[np.ix_(cols, cols)] = (dense_a * w) @ dense_b.T
-    read_a, read_b = dense_a.any(axis=1), dense_b.any(axis=1)
+    out[np.ix_(cols, cols)] = (a.dense * w) @ b.dense.T
     for i, (block, owner) in enumerate(zip(layout.blocks, owners, strict=True)):
         rows = slice(block.start, block.stop)
-        weighted_a = coefs_a[i] * w if coefs_a[i].any() else None
-        weighted_b = coefs_b[i] * w if coefs_b[i].any() else None
+        weighted_a = a.coefs[i] * w if a.reads_block[i] else None
+        weighted_b = b.coefs[i] * w if b.reads_block[i] else None
         for c, col in enumerate(cols):
-            if weighted_a is not None and read_b[c]:
-                out[rows, col] += np.bincount(owner, weighted_a * dense_b[c], minlength=block.size)
-            if weighted_b is not None and read_a[c]:
-                out[col, rows] += np.bincount(owner, weighted_b * dense_a[c], minlength=block.size)
+            if weighted_a is not None and b.reads_dense[c]:
+                out[rows, col] += np.bincount(owner, weighted_a * b.dense[c], minlength=block.size)
+            if weighted_b is not None and a.reads_dense[c]:
+                out[col, rows] += np.bincount(owner, weighted_b * a.dense[c], minlength=block.size)
         if weighted_a is None:
             continue
         for i2, (other, owner2) in enumerate(zip(layout.blocks, owners, strict=True)):
-            if not coefs_b[i2].any():
+            if not b.reads_block[i2]:
                 continue
-            weights = weighted_a * coefs_b[i2]
+            weights = weighted_a * b.coefs[i2]
             if i2 == i:
                 out[rows, rows] += np.diag(np.bincount(owner, weights, minlength=block.size))
             else:
