@@ -41,8 +41,26 @@ def gaussian_mean(n, seed=0):
     return model
 
 
+def effects_written_in_the_likelihood(n, seed=0, groups=12):
+    """Non-centred varying intercept and slope written where the rows read them, as many PyMC users
+    do: μ + σ_a z_a[g] + (β + σ_b z_b[g]) x. Affine in φ = (μ + σ_a z_a, β + σ_b z_b) only once the
+    row-free scalings are moved before the gathers (``row_free.lift_row_free_into_gathers``)."""
+    rng = np.random.default_rng(seed)
+    g, x = rng.integers(0, groups, n), rng.normal(size=n)
+    eta = rng.normal(0, 0.5, groups)[g] + rng.normal(0.5, 0.3, groups)[g] * x
+    with pm.Model() as model:
+        g_, x_ = pm.Data("g", g), pm.Data("x", x)
+        mu, beta = pm.Normal("mu", 0, 1), pm.Normal("beta", 0, 1)
+        sa, sb = pm.HalfNormal("sa", 1), pm.HalfNormal("sb", 1)
+        za, zb = pm.Normal("za", 0, 1, shape=groups), pm.Normal("zb", 0, 1, shape=groups)
+        pm.Bernoulli("y", logit_p=mu + sa * za[g_] + (beta + sb * zb[g_]) * x_,
+                     observed=pm.Data("y_obs", rng.random(n) < 1 / (1 + np.exp(-eta))))
+    return model
+
+
 BUILD = {"hierarchical_logistic": hierarchical_logistic, "linear_known_sigma": linear_known_sigma,
-         "gaussian_mean": gaussian_mean}
+         "gaussian_mean": gaussian_mean,
+         "effects_written_in_the_likelihood": effects_written_in_the_likelihood}
 CASES = [("gaussian_mean", 1), ("gaussian_mean", 2),
          ("logistic", 0), ("logistic", 1), ("logistic", 2), ("bambi_form", 2), ("poisson_offset", 2),
          ("hierarchical_logistic", 2), ("linear_known_sigma", 2),
@@ -135,7 +153,9 @@ def test_regression_view_is_used_only_where_it_reproduces_the_model(monkeypatch)
                                   # d = 24, and two η's of which one (log σ) is row-free
                                   "hierarchical_centred",
                                   # η affine in φ = (μ + τz, b), not in θ: Σ H_k by the chain rule
-                                  "hierarchical_noncentred"])
+                                  "hierarchical_noncentred",
+                                  # the same with μ + σ z[g] written in the likelihood
+                                  "effects_written_in_the_likelihood"])
 def test_eta_hessian_sums_equal_the_model_graphs(name):
     """Σℓ_k, Σ∇ℓ_k and Σ H_k of the set-up passes, from η (Σf, Σ J_kᵀ∇f_k, Σ J_kᵀ F''_k J_k), equal the
     model's own graph: its rows, its per-row gradients and Hessians (forward mode, d and d² passes)."""

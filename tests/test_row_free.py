@@ -2,13 +2,16 @@
 in η (RowFreeTaylorProxy) is exact in φ's non-linearity, and its sums, rows and gradients agree."""
 
 import numpy as np
+import pytensor
+import pytensor.tensor as pt
 import pytest
 from zoo import build
 
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.control_variates.taylor import RowFreeTaylorProxy, TaylorProxy
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model.row_free import row_free_frontier
+from pymc_subsample.model.one_hot import is_row_gather
+from pymc_subsample.model.row_free import lift_row_free_into_gathers, row_free_frontier
 from pymc_subsample.model.tall import TallModel
 
 N = 4_000
@@ -105,3 +108,22 @@ def test_steps_with_an_accept_step_take_the_proxy_in_eta():
     for step in (hmcecs, mh):
         assert isinstance(step.proxy, RowFreeTaylorProxy) and step.target.glm.phi is not None
     assert type(sgld.proxy) is TaylorProxy and sgld.target.glm is None
+
+
+def test_row_free_scalings_move_before_the_gather_and_nothing_else_does():
+    """σ·z[g] + μ → (σ·z + μ)[g] with the same values; an operand that reads a row (x·z[g]) or is
+    not a scalar (w·z[g], w a vector of θ) keeps the gather where it was."""
+    theta = pt.vector("theta")
+    g, x = pt.lvector("g"), pt.vector("x")
+    mu, sigma, z, w = theta[0], pt.exp(theta[1]), theta[2:7], theta[7:]
+    lifted, row_read, vector_read = lift_row_free_into_gathers(
+        [mu + sigma * z[g], x * z[g] + sigma, w[g] * z[g]], [g, x])
+    assert is_row_gather(lifted.owner)  # the outermost op is now the gather
+    assert not is_row_gather(row_read.owner.inputs[0].owner) and row_read.owner.inputs[0].owner.inputs[0] is x
+    assert vector_read.owner.op == (w[g] * z[g]).owner.op
+    before = pytensor.function([theta, g, x], [mu + sigma * z[g], x * z[g] + sigma, w[g] * z[g]])
+    after = pytensor.function([theta, g, x], [lifted, row_read, vector_read])
+    rng = np.random.default_rng(0)
+    args = rng.normal(size=12), rng.integers(0, 5, 40), rng.normal(size=40)
+    for a, b in zip(before(*args), after(*args), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-14)

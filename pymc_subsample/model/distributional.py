@@ -49,7 +49,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python
 from pymc_subsample.model.one_hot import PointLayout, find_one_hot_blocks, jacobian_products
-from pymc_subsample.model.row_free import RowFreeParameters, row_free_frontier
+from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
 __all__ = [
     "LINKS",
@@ -491,7 +491,7 @@ def distributional_regression(tall) -> DistributionalRegression:
     try:
         links = _affine_links(tall, lambda theta, batch: fn(theta, *batch), tall.ndim, candidates)
     except ValueError:
-        phi, links = _affine_in_row_free(tall, raw, candidates)
+        phi, links, raw = _affine_in_row_free(tall, raw, candidates)
     forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
     to_eta = [forward[1] for forward in forwards]
@@ -499,10 +499,13 @@ def distributional_regression(tall) -> DistributionalRegression:
 
 
 def _affine_in_row_free(tall, raw, candidates):
-    """(φ, links) where the parameters are not affine in θ but in the row-free values φ(θ) they are
-    computed from (:mod:`pymc_subsample.model.row_free`, e.g. a non-centred ``μ + τ z[g]``), or a
-    ValueError.
+    """(φ, links, the parameters' graphs) where the parameters are not affine in θ but in the row-free
+    values φ(θ) they are computed from (:mod:`pymc_subsample.model.row_free`, e.g. a non-centred
+    ``μ + τ z[g]``), or a ValueError. The graphs returned are ``raw`` with row-free ops moved before
+    the gathers (:func:`~pymc_subsample.model.row_free.lift_row_free_into_gathers`), which φ's
+    pieces are variables of.
     """
+    raw = lift_row_free_into_gathers(raw, tall.batch_inputs)
     frontier = row_free_frontier(raw, tall.theta, tall.batch_inputs)
     if not frontier:
         raise ValueError("the parameters are not affine in θ and read no row-free value of θ")
@@ -511,7 +514,7 @@ def _affine_in_row_free(tall, raw, candidates):
     raw_phi = pytensor.graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
     fn = compile_python([*phi.inputs, *tall.batch_inputs], raw_phi)
     links = _affine_links(tall, lambda flat, batch: fn(*phi.split(flat), *batch), phi.size, candidates)
-    return phi, links
+    return phi, links, raw
 
 
 def _strip_link(param):

@@ -60,7 +60,7 @@ def find_one_hot_blocks(graphs, sources, batch_inputs) -> list[OneHotBlock]:
             clients.setdefault(var, []).append(node)
     blocks = []
     for node in nodes:
-        if not _is_row_gather(node) or set(source_vars) & set(ancestors([node.inputs[1]])):
+        if not is_row_gather(node) or set(source_vars) & set(ancestors([node.inputs[1]])):
             continue
         found = _coordinate_range(node.inputs[0], sources, clients)
         if found is not None and _read_only_there(*found, clients):
@@ -68,7 +68,8 @@ def find_one_hot_blocks(graphs, sources, batch_inputs) -> list[OneHotBlock]:
     return sorted(blocks, key=lambda block: block.start)
 
 
-def _is_row_gather(node) -> bool:
+def is_row_gather(node) -> bool:
+    """Whether ``node`` is x[index] along x's first axis by one integer vector (a group index)."""
     op = node.op
     if isinstance(op, AdvancedSubtensor1):
         return True

@@ -20,12 +20,63 @@ from __future__ import annotations
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.traversal import toposort
+from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.model.compile import compile_function, compile_python
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
+from pymc_subsample.model.one_hot import is_row_gather
 
-__all__ = ["RowFreeParameters", "row_free_frontier"]
+__all__ = ["RowFreeParameters", "lift_row_free_into_gathers", "row_free_frontier"]
+
+
+def lift_row_free_into_gathers(graphs, row_inputs) -> list:
+    """``graphs`` with each elementwise op of a gathered row-free value and row-free scalars applied
+    before the gather: ``s · z[g_k]`` → ``(s · z)[g_k]``, to a fixed point (``μ + σ z[g_k]`` →
+    ``(μ + σ z)[g_k]``).
+
+    The same values, but written so that the row-free frontier is the group effect ``σ z`` itself,
+    which the rows' parameters are affine in, rather than ``σ`` and ``z``, whose product they are not.
+    PyMC users write a non-centred effect either way (``a = μ + σ z`` then ``a[g]``, or
+    ``μ + σ z[g]`` in the likelihood); the second one had no regression view and took the generic
+    set-up (200 groups, 10⁵ rows: 2.6 s warm). A gather is ``x[index]`` by an integer vector
+    (:func:`~pymc_subsample.model.one_hot.is_row_gather`) with ``x`` reading no row; the other
+    operands must read no row and be broadcastable along every axis, so the op gives x's shape
+    before the gather and the gather's after it.
+    """
+    rows = set(row_inputs)
+    reads_rows = {}
+
+    def on_rows(var) -> bool:
+        if var not in reads_rows:
+            owner = var.owner
+            reads_rows[var] = var in rows or (owner is not None and any(on_rows(v) for v in owner.inputs))
+        return reads_rows[var]
+
+    @node_rewriter([Elemwise])
+    def lift(fgraph, node):
+        gathered = [i for i, var in enumerate(node.inputs) if var.owner is not None
+                    and is_row_gather(var.owner) and not on_rows(var.owner.inputs[0])]
+        if len(gathered) != 1 or len(node.outputs) != 1:
+            return None
+        (i,) = gathered
+        others = [var for j, var in enumerate(node.inputs) if j != i]
+        if any(on_rows(var) or not all(var.type.broadcastable) for var in others):
+            return None
+        gather = node.inputs[i].owner
+        x, index = gather.inputs
+        inputs = list(node.inputs)
+        inputs[i] = x
+        lifted = node.op(*inputs)
+        if lifted.type.ndim != x.type.ndim:
+            return None
+        return [gather.op(lifted, index)]
+
+    fgraph = FunctionGraph(outputs=list(graphs), clone=False)
+    in2out(lift).rewrite(fgraph)
+    return list(fgraph.outputs)
 
 
 def row_free_frontier(graphs, theta, row_inputs) -> list:
