@@ -3,8 +3,10 @@
 import numpy as np
 import pymc as pm
 import pytensor
+import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
+from pytensor.tensor.elemwise import Elemwise
 
 import pymc_subsample as pms
 import pymc_subsample.model.function_cache as function_cache
@@ -53,6 +55,17 @@ def test_the_key_is_the_computation_not_the_names():
         graph_key(inputs, outputs[:1]),
     ]
     assert key not in others and len(set(others)) == len(others)
+
+
+def test_the_key_does_not_see_what_an_op_caches_on_itself():
+    """An Elemwise's ``inplace_pattern`` (a PyTensor frozendict) keeps its hash once computed, and
+    pickled with it: the same graph must keep its key (a model's first set-up in a process, before
+    any function was compiled, once wrote files that its second set-up could not find)."""
+    x = pt.vector("x")
+    op = Elemwise(ps.mul)  # a fresh op: its pattern not hashed yet
+    key = graph_key([x], [op(x, x)])
+    hash(op.inplace_pattern)
+    assert graph_key([x], [op(x, x)]) == key
 
 
 def test_a_second_compilation_of_the_same_graph_is_loaded_not_compiled(cache):
@@ -141,3 +154,27 @@ def test_a_second_set_up_of_a_model_with_dims_and_data_compiles_nothing(cache):
     batch = first._draw_subsample().batch
     np.testing.assert_allclose(second.target.perturbed(theta, batch)[0],
                                first.target.perturbed(theta, batch)[0], rtol=1e-12)
+
+
+def test_a_set_up_on_other_data_of_a_model_with_many_groups_compiles_nothing(cache):
+    """The row-free proxy's sums at θ* are inputs of the estimator, not constants of its graph, and
+    φ's vectorised functions (from 64 coordinates on) hold nothing unpicklable: a second set-up on
+    other observed values loads every function. (Once the sums were constants, a new key each set-up
+    and, at 1,000 groups, too large to cache; the vectorised functions held a Blockwise(Split).)"""
+    folder, compiled = cache
+    rng = np.random.default_rng(0)
+    groups, n = 70, 3000
+    g_idx, x = rng.integers(0, groups, size=n), rng.normal(size=n)
+    with pm.Model():
+        g, x_ = pm.Data("g", g_idx), pm.Data("x", x)
+        mu, tau, b = pm.Normal("mu", 0, 1), pm.HalfNormal("tau", 1), pm.Normal("b", 0, 1)
+        a = pm.Deterministic("a", mu + tau * pm.Normal("z", 0, 1, shape=groups))
+        y = pm.Data("y_obs", (rng.random(n) < 0.4).astype(float))
+        pm.Bernoulli("y", logit_p=a[g] + b * x_, observed=y)
+        first = pms.HMCECS(rng=0, progressbar=False)
+        assert first.tall.regression_view.phi is not None and first.target.proxy.sum_in_graph
+        before = len(compiled)
+        pm.set_data({"y_obs": (rng.random(n) < 0.6).astype(float)})
+        second = pms.HMCECS(rng=0, progressbar=False)
+    assert abs(second.target.proxy.loglik_sum - first.target.proxy.loglik_sum) > 1.0  # other sums
+    assert before >= 5 and len(compiled) == before, f"compiled again: {[g for g in compiled[before:]]}"

@@ -15,6 +15,7 @@ control variates: one pass, one correct computation.
 from __future__ import annotations
 
 import numpy as np
+import pytensor.tensor as pt
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 
@@ -72,7 +73,9 @@ class TaylorProxy:
     sum_in_graph = False
 
     def sum_graph(self):
-        """Σ_k q_k(θ) as a graph in θ, for proxies with :attr:`sum_in_graph`."""
+        """(Σ_k q_k(θ) as a graph in θ, its other inputs, their values), for proxies with
+        :attr:`sum_in_graph`.
+        """
         raise NotImplementedError(f"{type(self).__name__} adds Σq in NumPy (sum_value_and_grad).")
 
     # ----------------------------------------------------------------- per row
@@ -155,10 +158,20 @@ class RowFreeTaylorProxy(TaylorProxy):
     sum_in_graph = True
 
     def sum_graph(self):
-        """Σ_k q_k(θ) as a graph in θ."""
-        quadratic = self.view.phi.quadratic_graph(self.phi_center, self.phi_grad_sum, self.phi_hess_sum,
-                                                  self.order)
-        return self.loglik_sum + quadratic
+        """(Σ_k q_k(θ) as a graph in θ, its other inputs, their values).
+
+        The sums at θ* are inputs, not constants: the compiled function is then the same for every
+        set-up of the model, and kept on disk (:mod:`~pymc_subsample.model.function_cache`). As
+        constants they were part of its key, and a 1,000-group model's B (8 MB) made it uncacheable:
+        every construction compiled the estimator again (0.8 s at 10⁵ rows).
+        """
+        total = pt.scalar("loglik_sum_at_center", dtype="float64")
+        center, linear = pt.vector("phi_center", dtype="float64"), pt.vector("phi_linear", dtype="float64")
+        quadratic = pt.matrix("phi_quadratic", dtype="float64")
+        graph = total + self.view.phi.quadratic_graph(center, linear, quadratic, self.order)
+        values = [np.asarray(self.loglik_sum, dtype="float64"), *(np.asarray(v, dtype="float64") for v in
+                  (self.phi_center, self.phi_grad_sum, self.phi_hess_sum))]
+        return graph, [total, center, linear, quadratic], values
 
     def rows_value(self, theta, batch):
         """q_k(θ) (m,) from the rows' terms at θ* and η at θ."""

@@ -64,6 +64,7 @@ class SubsampledTarget:
         self._functions = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
+        self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
     @property
     def glm(self):
@@ -108,10 +109,11 @@ class SubsampledTarget:
         return self._functions[key]
 
     def _inputs(self, at_center, *extra):
-        return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center]
+        return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
 
     def _args(self, theta, batch, *extra):
-        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self._center_args(batch))
+        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self._center_args(batch),
+                *self._sum_q()[2])
 
     def _center_args(self, batch):
         """θ* itself (generic graph), or the rows' terms at θ* of ``batch`` (η path).
@@ -138,11 +140,18 @@ class SubsampledTarget:
         self._batch_terms = (batch, terms)
         return terms
 
+    def _sum_q(self):
+        """(Σ_k q_k(θ) as a graph or None, its inputs, their values): the proxy's
+        :meth:`~pymc_subsample.control_variates.taylor.TaylorProxy.sum_graph` where it has one.
+        """
+        if self._sum_q_parts is None:
+            self._sum_q_parts = self.proxy.sum_graph() if self.proxy.sum_in_graph else (None, [], [])
+        return self._sum_q_parts
+
     def _prior_and_sum_q(self):
         """Log p(θ), plus Σ_k q_k(θ) where the proxy is compiled into the graph (:meth:`_add_sum_q`)."""
-        if self.proxy.sum_in_graph:
-            return self.tall.prior_graph + self.proxy.sum_graph()
-        return self.tall.prior_graph
+        sum_q = self._sum_q()[0]
+        return self.tall.prior_graph if sum_q is None else self.tall.prior_graph + sum_q
 
     def _add_sum_q(self, theta, value, grad):
         """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them."""

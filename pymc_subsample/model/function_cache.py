@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +110,18 @@ def _op_signature(op):
     cls = (type(op).__module__, type(op).__qualname__)
     if props is None:
         return cls, pickle.dumps(op)
-    return cls, tuple((p, getattr(op, p)) for p in props)
+    return cls, tuple((p, _prop_value(getattr(op, p))) for p in props)
+
+
+def _prop_value(value):
+    """An op's property as its key sees it: a mapping by its items, without the state it caches
+    on itself. PyTensor's ``frozendict`` (an Elemwise's ``inplace_pattern``) pickles the hash it
+    computes on first use, so the same graph had one key before any function was compiled in
+    the process and another after (a model's first set-up wrote files its second could not find).
+    """
+    if isinstance(value, Mapping):
+        return ("mapping", tuple(sorted(((k, _prop_value(v)) for k, v in value.items()), key=repr)))
+    return value
 
 
 def _ref(variable, refs, digest):
