@@ -103,6 +103,48 @@ def test_blocks_read_by_different_etas_give_the_dense_jacobian_sums():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
 
 
+def _varying_slopes_as_a_matrix(n=3000, groups=6, centred=True, seed=0):
+    """η_k = β[g_k] · (1, x_k), β a (groups, 2) matrix: centred, or μ + z σ (a piece of φ)."""
+    rng = np.random.default_rng(seed)
+    g, x = rng.integers(0, groups, n), rng.normal(size=n)
+    y = rng.random(n) < 1 / (1 + np.exp(-(0.3 + 0.5 * x)))
+    with pm.Model(coords={"group": np.arange(groups), "coef": ["intercept", "slope"]}) as model:
+        g_, x_ = pm.Data("g", g), pm.Data("x", x)
+        if centred:
+            beta = pm.Normal("beta", 0, 1, dims=("group", "coef"))
+        else:
+            mu, sd = pm.Normal("mu", 0, 1, dims="coef"), pm.HalfNormal("sd", 1, dims="coef")
+            beta = pm.Deterministic("beta", mu + pm.Normal("z", 0, 1, dims=("group", "coef")) * sd,
+                                    dims=("group", "coef"))
+        design = pm.math.stack([pm.math.ones_like(x_), x_], axis=1)
+        pm.Bernoulli("y", logit_p=(beta[g_] * design).sum(axis=1), observed=pm.Data("y_obs", y))
+    return model
+
+
+@pytest.mark.parametrize("centred", [True, False])
+def test_a_matrix_of_group_effects_is_one_block_per_column(centred):
+    """β[g] with J columns (C order): J blocks of stride J sharing the index, in θ (centred) or in φ
+    (β = μ + zσ); the sums through them, the columns' cross terms included, equal the dense ones."""
+    tall = pms.TallModel(_varying_slopes_as_a_matrix(centred=centred))
+    view = tall.regression_view
+    theta = tall.initial_theta + np.random.default_rng(1).normal(scale=0.3, size=tall.ndim)
+    phi = view.phi is not None
+    assert phi is not centred
+    if phi:
+        view.phi.value(theta)
+    n, sums = (view.phi.size, view.phi_sums) if phi else (tall.ndim, view.sums)
+    blocks = view._layout(phi=phi).blocks
+    assert [(b.start, b.stop, b.offset, b.stride) for b in blocks] == [(0, 12, 0, 2), (0, 12, 1, 2)]
+    assert blocks[0].shares_owners(blocks[1])
+    with_blocks = chunked_sum(tall, sums, theta, chunk_size=1000)
+    view._layouts[phi] = PointLayout(n, [], tall.batch_inputs)
+    dense = chunked_sum(tall, sums, theta, chunk_size=1000)
+    hessian = dense[2]
+    assert np.abs(np.diag(hessian[0:12:2, 1:12:2])).min() > 1e-3  # a group's intercept-slope terms
+    for a, b in zip(with_blocks, dense, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
 @pytest.mark.parametrize("d", [10, 100])
 def test_prior_hessian_is_the_analytic_one_below_and_above_the_vectorised_size(d):
     """z ~ N(0, s) has ∇² log p = −diag(1/s²); from d = 64 on the 2d gradients come from a few

@@ -33,25 +33,39 @@ _PASS_THROUGH = (Reshape, SpecifyShape, ViewOp)
 
 @dataclass(frozen=True)
 class OneHotBlock:
-    """Coordinates [start, stop) of θ (or φ) that each row reads one of, entry ``index`` (a graph of
-    the batch inputs) of the block.
+    """Coordinates of θ (or φ) that each row reads one of, entry ``index`` (a graph of the batch
+    inputs) of the block: ``start + offset``, then every ``stride``-th, up to ``stop``. A vector
+    a[g] is one block (stride 1); a matrix β[g] of J columns (C order, ``(β[g] * X).sum(1)``) is J
+    blocks, one per column (offset j, stride J), which share their index.
     """
 
     start: int
     stop: int
     index: object
+    offset: int = 0
+    stride: int = 1
+
+    @property
+    def coords(self) -> slice:
+        return slice(self.start + self.offset, self.stop, self.stride)
 
     @property
     def size(self) -> int:
-        return self.stop - self.start
+        return len(range(self.start + self.offset, self.stop, self.stride))
+
+    def shares_owners(self, other) -> bool:
+        """Whether every row reads the same entry of both (the same index, the same size)."""
+        return other.index is self.index and other.size == self.size
 
 
 def find_one_hot_blocks(graphs, sources, batch_inputs) -> list[OneHotBlock]:
     """The blocks of ``graphs`` (η's, in ``sources`` and the batch): ``sources`` is a list of
     (vector variable, flat offset, size), θ itself or φ's pieces. A range of a source is a block when its
     only use in ``graphs`` is ``x[index]``, x that range (a constant slice of θ, or a whole piece
-    of φ, through reshapes) and ``index`` a graph that reads no source.
+    of φ, through reshapes) and ``index`` a graph that reads no source. A source may give its shape
+    as a fourth element (φ's pieces, whose graphs leave their number of columns unknown).
     """
+    sources = [(*source, None)[:4] for source in sources]  # (var, offset, size, shape or None)
     source_vars = [var for var, *_ in sources]
     nodes = list(applys_between([*source_vars, *batch_inputs], graphs))
     clients = {}
@@ -63,9 +77,11 @@ def find_one_hot_blocks(graphs, sources, batch_inputs) -> list[OneHotBlock]:
         if not is_row_gather(node) or set(source_vars) & set(ancestors([node.inputs[1]])):
             continue
         found = _coordinate_range(node.inputs[0], sources, clients)
-        if found is not None and _read_only_there(*found, clients):
-            blocks.append(OneHotBlock(found[0], found[1], node.inputs[1]))
-    return sorted(blocks, key=lambda block: block.start)
+        if found is not None and _read_only_there(*found[:-1], clients):
+            columns = found[-1]
+            blocks.extend(OneHotBlock(found[0], found[1], node.inputs[1], offset=j, stride=columns)
+                          for j in range(columns))
+    return sorted(blocks, key=lambda block: (block.start, block.offset))
 
 
 def is_row_gather(node) -> bool:
@@ -78,24 +94,37 @@ def is_row_gather(node) -> bool:
 
 
 def _coordinate_range(x, sources, clients):
-    """(start, stop, the source, its size, the slice node of θ or None) of the flat coordinates the vector
-    ``x`` is, or None: read through reshapes that have no other client, from a constant slice of θ
-    or a whole piece of φ, each with no other client.
+    """(start, stop, the source, its size, the slice node of θ or None, columns) of the flat
+    coordinates the vector or matrix ``x`` is (a matrix of J columns in C order), or None: read
+    through reshapes that have no other client, from a constant slice of θ or a whole piece of φ,
+    each with no other client.
     """
-    if x.ndim != 1 or len(clients.get(x, [])) != 1:
+    if x.ndim not in (1, 2) or len(clients.get(x, [])) != 1:
+        return None
+    shape = {var: shape for var, *_, shape in sources}.get(x) or (None, None)
+    columns = 1 if x.ndim == 1 else _known_length(x.shape[1]) or shape[-1]
+    if columns is None:
         return None
     while x.owner is not None and isinstance(x.owner.op, _PASS_THROUGH):
         x = x.owner.inputs[0]
         if len(clients.get(x, [])) != 1:
             return None
-    for var, offset, size in sources:
-        if x is var and var.ndim == 1:
-            return offset, offset + size, var, size, None
+    for var, offset, size, _ in sources:
+        if x is var and var.ndim in (1, 2) and size % columns == 0:  # φ's pieces are flat in C order
+            return offset, offset + size, var, size, None, columns
         if x.owner is not None and isinstance(x.owner.op, Subtensor) and x.owner.inputs[0] is var:
             span = _constant_slice(x.owner, size)
-            if span is not None:
-                return offset + span[0], offset + span[1], var, size, x.owner
+            if span is not None and (span[1] - span[0]) % columns == 0:
+                return offset + span[0], offset + span[1], var, size, x.owner, columns
     return None
+
+
+def _known_length(length):
+    """The value of a scalar graph of constants (a matrix's number of columns), or None."""
+    try:
+        return int(pt.get_underlying_scalar_constant_value(length))
+    except Exception:  # not a constant: a length read from data or a shared variable
+        return None
 
 
 def _constant_slice(node, size):
@@ -140,12 +169,12 @@ class PointLayout:
         self.n, self.blocks = n, list(blocks)
         in_block = np.zeros(n, dtype=bool)
         for block in self.blocks:
-            in_block[block.start:block.stop] = True
+            in_block[block.coords] = True
         self.dense = np.flatnonzero(~in_block)
         points = np.zeros((1 + self.dense.size + len(self.blocks), n))
         points[1 + np.arange(self.dense.size), self.dense] = 1.0
         for i, block in enumerate(self.blocks):
-            points[1 + self.dense.size + i, block.start:block.stop] = 1.0
+            points[1 + self.dense.size + i, block.coords] = 1.0
         self.points = points
         self._batch_inputs = list(batch_inputs)
         self._owners = None
@@ -196,7 +225,7 @@ def jacobian_products(layout, owners, points, terms, hessian):
         grad[layout.dense] += products[1:] - products[0]
         for block, owner, coef, read in zip(layout.blocks, owners, coefs_j, reads, strict=True):
             if read:  # an η that does not read the block adds nothing to its sums
-                grad[block.start:block.stop] += np.bincount(owner, coef * first, minlength=block.size)
+                grad[block.coords] += np.bincount(owner, coef * first, minlength=block.size)
     if not hessian:
         return grad, None
     jacobians = []
@@ -228,7 +257,7 @@ def _weighted_products(layout, owners, a, w, b):
     cols = layout.dense
     out[np.ix_(cols, cols)] = (a.dense * w) @ b.dense.T
     for i, (block, owner) in enumerate(zip(layout.blocks, owners, strict=True)):
-        rows = slice(block.start, block.stop)
+        rows = block.coords
         weighted_a = a.coefs[i] * w if a.reads_block[i] else None
         weighted_b = b.coefs[i] * w if b.reads_block[i] else None
         for c, col in enumerate(cols):
@@ -242,9 +271,9 @@ def _weighted_products(layout, owners, a, w, b):
             if not b.reads_block[i2]:
                 continue
             weights = weighted_a * b.coefs[i2]
-            if i2 == i:
-                out[rows, rows] += np.diag(np.bincount(owner, weights, minlength=block.size))
+            if block.shares_owners(other):  # itself, or another column of its matrix: diagonal
+                out[rows, other.coords] += np.diag(np.bincount(owner, weights, minlength=block.size))
             else:
                 pair = np.bincount(owner * other.size + owner2, weights, minlength=block.size * other.size)
-                out[rows, other.start:other.stop] += pair.reshape(block.size, other.size)
+                out[rows, other.coords] += pair.reshape(block.size, other.size)
     return out

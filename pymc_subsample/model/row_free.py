@@ -150,6 +150,11 @@ class RowFreeParameters:
         return int(sum(int(np.prod(s)) for s in self._shapes))
 
     @property
+    def piece_shapes(self) -> list[tuple]:
+        """Each piece's shape, in order (:meth:`value` called once before)."""
+        return [tuple(shape) for shape in self._shapes]
+
+    @property
     def piece_sizes(self) -> list[int]:
         """The number of values of each piece, in order (:meth:`value` called once before)."""
         return [int(np.prod(shape)) for shape in self._shapes]
