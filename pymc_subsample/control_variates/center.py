@@ -243,10 +243,11 @@ def _negative_expansion(theta, tall, coordinates, expansion_point, linear, quadr
     """−(log p(θ) + Aᵀ Δφ + ½ Δφᵀ B Δφ) and its gradient, Δφ = φ(θ) − ``expansion_point``."""
     prior, prior_grad = tall.prior_value_and_grad(theta, setup=True)
     delta = coordinates.value(theta) - expansion_point
-    objective = float(prior) + linear @ delta + 0.5 * delta @ quadratic @ delta
+    curved = quadratic @ delta  # once for the value and the gradient (d = 2,003: 2 ms a product)
+    objective = float(prior) + linear @ delta + 0.5 * delta @ curved
     if not np.isfinite(objective):
         return np.inf, np.zeros_like(theta)
-    return -objective, -(prior_grad + coordinates.vjp(theta, linear + quadratic @ delta))
+    return -objective, -(prior_grad + coordinates.vjp(theta, linear + curved))
 
 
 def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
