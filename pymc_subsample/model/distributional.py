@@ -275,6 +275,12 @@ class DistributionalRegression:
             self._layouts[phi] = PointLayout(n, blocks, self.tall.batch_inputs)
         return self._layouts[phi]
 
+    def group_block_sizes(self, phi=False) -> list[int]:
+        """The sizes of the group blocks found in η's graph, in θ or in φ
+        (:mod:`~pymc_subsample.model.one_hot`).
+        """
+        return [block.size for block in self._layout(phi=phi).blocks]
+
     def phi_offset_and_jacobian(self, batch):
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
         η is affine in φ: one vectorised call (:meth:`eta_at_phis`).
