@@ -158,8 +158,8 @@ def main():
         line += f" {ours / r['full']:.0f} / {nuts / r['full']:.0f} ({ours:.2f} / {nuts:.2f} s) |"
         if args.cold:
             (ours, ours_cpu), (nuts, nuts_cpu) = cold(name, args.rows, True), cold(name, args.rows, False)
-            line += (f" {ours:.0f} / {nuts:.0f} = {ours / nuts:.1f}× | {ours_cpu:.0f} / {nuts_cpu:.0f} = "
-                     f"{ours_cpu / nuts_cpu:.1f}× |")
+            line += (f" {ours:.1f} / {nuts:.1f} = {ours / nuts:.2f}× | {ours_cpu:.1f} / {nuts_cpu:.1f} = "
+                     f"{ours_cpu / nuts_cpu:.2f}× |")
         print(line, flush=True)
 
 
