@@ -264,10 +264,9 @@ class DistributionalRegression:
         """
         if phi not in self._layouts:
             if phi:
-                sizes = self.phi.piece_sizes
-                offsets = np.cumsum([0, *sizes[:-1]])
-                sources = [(v, int(o), n, shape) for v, o, n, shape in
-                           zip(self.phi.inputs, offsets, sizes, self.phi.piece_shapes, strict=True)]
+                sources = [(v, int(start), n, shape) for v, start, n, shape in
+                           zip(self.phi.inputs, self.phi.piece_bounds[:-1], self.phi.piece_sizes,
+                               self.phi.piece_shapes, strict=True)]
                 graphs, n = self._eta_in_phi(), self.phi.size
             else:
                 sources, graphs, n = [(self.tall.theta, 0, self.tall.ndim)], self.eta_rows, self.tall.ndim
