@@ -1,10 +1,10 @@
 """Compiled functions: same results with the precompiled header, and GCC accepts the header."""
 
-import contextlib
 import os
 import pickle
 import shlex
 import subprocess
+import uuid
 
 import numpy as np
 import pytensor
@@ -30,8 +30,11 @@ def test_compiled_function_matches_numpy():
     total, grad = fn(values)
     np.testing.assert_allclose(total, np.sum(np.exp(values) * values), rtol=1e-14)
     np.testing.assert_allclose(grad, np.exp(values) * (1 + values), rtol=1e-14)
-    # the flags are set only while our functions compile: no global state is left changed
+    # the header is given to GCC only while our functions compile: no global state is left changed
+    from pytensor.link.c.cmodule import GCC_compiler
+
     assert "-include" not in pytensor.config.gcc__cxxflags
+    assert GCC_compiler.compile_str.__module__ == "pytensor.link.c.cmodule"
 
 
 @pytest.mark.skipif(not _is_gcc(), reason="precompiled headers are built for GCC only")
@@ -100,21 +103,52 @@ def test_every_step_set_up_pauses_the_collector():
         assert getattr(step.__init__, "__wrapped__", None) is not None, step.__name__
 
 
-def test_an_unpickled_function_links_under_the_precompiled_headers_flags(monkeypatch):
-    """pm.sample with spawn/forkserver pickles the step into its workers: the functions must link
-    again under the flags their C modules were compiled with, or every module is compiled again."""
+def _new_constant():
+    """A constant no earlier run put in a C module (it is part of a fused op's code): a function
+    using it compiles its elementwise module now, so that a check of what is compiled can fail."""
+    return 1.0 + uuid.uuid4().int % 10**9 / 1e10
+
+
+def _counting_compiles(monkeypatch):
+    """A list that grows by one module name per C module GCC compiles from now on."""
+    from pytensor.link.c.cmodule import GCC_compiler
+
+    compiled = []
+    original = GCC_compiler.compile_str
+
+    def counting(module_name, *args, **kwargs):
+        compiled.append(module_name)
+        return original(module_name, *args, **kwargs)
+
+    monkeypatch.setattr(GCC_compiler, "compile_str", staticmethod(counting))
+    return compiled
+
+
+@pytest.mark.skipif(not _is_gcc(), reason="precompiled headers are built for GCC only")
+def test_modules_compiled_with_the_header_serve_pytensors_own_functions(monkeypatch):
+    """Our modules keep the keys PyTensor gives them without the header: a function of PyMC's (its
+    trace, its NUTS gradient) made of the same ops compiles nothing again, and the other way round.
+    A key with the header's flags in it compiled every shared module twice on a first run."""
+    scale = _new_constant()
     x = pt.dvector("x")
-    function = compile_function([x], pt.exp(x).sum())
-    data = pickle.dumps(function)
-    linking = []
+    graph = (pt.cosh(x) * scale - x).sum()
+    compiled = _counting_compiles(monkeypatch)
+    ours = compile_function([x], [graph, pytensor.grad(graph, x)])
+    assert compiled, "our function should have compiled its new elementwise module"
+    compiled.clear()
+    theirs = pytensor.function([x], [graph, pytensor.grad(graph, x)])
+    assert compiled == [], "PyTensor compiled again modules our function had compiled"
+    values = np.array([0.5, -1.0])
+    for got, want in zip(ours(values), theirs(values), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-15)
 
-    @contextlib.contextmanager
-    def recording():
-        linking.append(True)
-        yield
 
-    monkeypatch.setattr(compile_module, "_precompiled_headers", recording)
-    loaded = pickle.loads(data)
-    assert linking == [True], "the function was linked outside the precompiled header's flags"
-    np.testing.assert_allclose(loaded(np.array([0.0, 1.0])), 1.0 + np.e)
-    assert isinstance(loaded, compile_module.LinkedUnderHeaders)
+def test_a_pickled_function_computes_the_same_after_loading():
+    """pm.sample with spawn/forkserver pickles the step into its workers: the functions must come
+    back working. (They link again there; their C modules are found under PyTensor's own keys, which
+    the header does not change: the test above.)"""
+    scale = _new_constant()
+    x = pt.dvector("x")
+    function = compile_function([x], (pt.sinh(x) * scale).sum())
+    loaded = pickle.loads(pickle.dumps(function))
+    np.testing.assert_allclose(loaded(np.array([0.0, 1.0])), scale * np.sinh(1.0), rtol=1e-15)

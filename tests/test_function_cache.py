@@ -89,7 +89,7 @@ def test_shared_variables_are_inputs_read_at_each_call(cache):
     functions = [compile_function([x], (data * x).sum()) for _ in range(2)]
     assert len(compiled) == 1, "a graph with a shared variable was not cached"
     for function in functions:
-        assert isinstance(function.function, SharedAsInputs)
+        assert isinstance(function, SharedAsInputs)
         data.set_value(np.array([1.0, 2.0, 3.0]))
         assert function(np.array(2.0)) == pytest.approx(12.0)
         data.set_value(np.array([10.0, 20.0]))  # pm.set_data reaches it, a new length included

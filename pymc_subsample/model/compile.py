@@ -17,7 +17,6 @@ import functools
 import gc
 import hashlib
 import os
-import pickle
 import subprocess
 import sysconfig
 import threading
@@ -33,7 +32,6 @@ from pymc_subsample.model import function_cache
 __all__ = [
     "PYTHON_LINKER",
     "PYTHON_LINKER_ARRAYS",
-    "LinkedUnderHeaders",
     "SLOW_REWRITES",
     "compile_function",
     "compile_python",
@@ -85,36 +83,7 @@ def compile_function(inputs, outputs, *, exclude=()):
     function = function_cache.cached_function(inputs, outputs, compile_,
                                               context=("compile_function", tuple(exclude)),
                                               load_context=_precompiled_headers)
-    return LinkedUnderHeaders(function)
-
-
-class LinkedUnderHeaders:
-    """A function of :func:`compile_function` that links again under the precompiled header's flags
-    when it is unpickled.
-
-    ``pm.sample`` with ``mp_ctx="spawn"`` or ``"forkserver"`` (Python 3.14's default on Linux) sends
-    the step to each worker process by pickling it, and an unpickled PyTensor function links its
-    graph again, looking up its C modules under the flags in force: without the header's flags
-    none is found, and every module is compiled again in the workers (a cold 2-chain run of the
-    20,000-row logistic model: 21.1 s with forkserver against 8.2 s with fork). Calls go straight
-    to the function (~0.1 µs more).
-    """
-
-    def __init__(self, function):
-        self.function = function
-        self.maker = function.maker
-
-    def __call__(self, *args):
-        return self.function(*args)
-
-    def __reduce__(self):
-        # the function pickled on its own, so that unpickling it (which links it) waits for the flags
-        return _link_under_headers, (pickle.dumps(self.function, protocol=pickle.HIGHEST_PROTOCOL),)
-
-
-def _link_under_headers(data):
-    with _precompiled_headers():
-        return LinkedUnderHeaders(pickle.loads(data))
+    return function
 
 
 #: the Python linker for graphs over large arrays (a prior's gradient at hundreds of points): full
@@ -187,15 +156,45 @@ def set_up_without_overheads(method):
     return lean
 
 
+_compile_str_lock = threading.RLock()
+
+
 @contextmanager
 def _precompiled_headers():
+    """GCC runs with the precompiled header for the C modules compiled meanwhile, under the module
+    keys PyTensor gives them without it.
+
+    The header's flags are added to the compiler's command line (``GCC_compiler.compile_str``'s
+    ``preargs``), not to ``gcc__cxxflags``, which PyTensor puts in every module's cache key: with the
+    flag there, a module of ours and the same module of PyMC's (a ``Shape_i``, an ``AllocEmpty``, the
+    elementwise ops of a prior) had two keys and were compiled twice — on a first run, the modules
+    of ``pm.sample``'s own trace functions again after our set-up (0.8 s of a 12 s cold start of the
+    ``deterministic_potential`` zoo model), and none of a user's earlier NUTS runs' modules served us.
+    A module built with the header is the same code (the header holds the includes every module
+    starts with; ``-g0`` drops debug information only), so either build may serve either key.
+    """
     extra = precompiled_header_flags()
     if not extra:
         yield
         return
-    flags = f"{pytensor.config.gcc__cxxflags} {extra}".strip()
-    with pytensor.config.change_flags(gcc__cxxflags=flags):
-        yield
+    from pytensor.link.c.cmodule import GCC_compiler
+
+    extra = extra.split(" ")
+    with _compile_str_lock:
+        original = GCC_compiler.__dict__["compile_str"]
+        compile_str = original.__func__
+
+        def with_header(module_name, src_code, location=None, include_dirs=None, lib_dirs=None, libs=None,
+                        preargs=None, **kwargs):
+            # after PyTensor's own flags, so that -g0 overrides its -g
+            return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs,
+                               [*(preargs or ()), *extra], **kwargs)
+
+        GCC_compiler.compile_str = staticmethod(with_header)
+        try:
+            yield
+        finally:
+            GCC_compiler.compile_str = original
 
 
 def precompiled_header_flags() -> str:
@@ -227,7 +226,7 @@ def _build_precompiled_header(compiledir: Path) -> Path | None:
         key = hashlib.sha256(" ".join([cxx, *args]).encode()).hexdigest()[:16]
         folder = compiledir / "pymc_subsample_pch"
         header = folder / f"headers_{key}.h"
-        if " " in str(header):  # PyTensor splits gcc__cxxflags on spaces
+        if " " in str(header):  # the flags are passed on as one string split on spaces
             return None
         if not _gch(header).exists():
             folder.mkdir(parents=True, exist_ok=True)
