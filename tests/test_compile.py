@@ -127,7 +127,7 @@ def _counting_compiles(monkeypatch):
 @pytest.mark.skipif(not _is_gcc(), reason="precompiled headers are built for GCC only")
 def test_modules_compiled_with_the_header_serve_pytensors_own_functions(monkeypatch):
     """Our modules keep the keys PyTensor gives them without the header: a function of PyMC's (its
-    trace, its NUTS gradient) made of the same ops compiles nothing again, and the other way round.
+    trace, its NUTS gradient) made of the same ops compiles nothing again.
     A key with the header's flags in it compiled every shared module twice on a first run."""
     scale = _new_constant()
     x = pt.dvector("x")

@@ -80,10 +80,9 @@ def compile_function(inputs, outputs, *, exclude=()):
         with _precompiled_headers():
             return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
-    function = function_cache.cached_function(inputs, outputs, compile_,
-                                              context=("compile_function", tuple(exclude)),
-                                              load_context=_precompiled_headers)
-    return function
+    return function_cache.cached_function(inputs, outputs, compile_,
+                                          context=("compile_function", tuple(exclude)),
+                                          load_context=_precompiled_headers)
 
 
 #: the Python linker for graphs over large arrays (a prior's gradient at hundreds of points): full
@@ -168,8 +167,9 @@ def _precompiled_headers():
     ``preargs``), not to ``gcc__cxxflags``, which PyTensor puts in every module's cache key: with the
     flag there, a module of ours and the same module of PyMC's (a ``Shape_i``, an ``AllocEmpty``, the
     elementwise ops of a prior) had two keys and were compiled twice — on a first run, the modules
-    of ``pm.sample``'s own trace functions again after our set-up (0.8 s of a 12 s cold start of the
-    ``deterministic_potential`` zoo model), and none of a user's earlier NUTS runs' modules served us.
+    of ``pm.sample``'s own trace functions again after our set-up (0.8–1.1 s of GCC in a 10–14 s
+    cold start of the ``deterministic_potential`` zoo model), and none of a user's earlier NUTS
+    runs' modules served us.
     A module built with the header is the same code (the header holds the includes every module
     starts with; ``-g0`` drops debug information only), so either build may serve either key.
     """
