@@ -50,7 +50,10 @@ def _groups(rng, n, k=20):
     return rng.integers(0, k, size=n), k
 
 
-def hierarchical_noncentred(n, seed=0, groups=20):
+def hierarchical_noncentred(n, seed=0, groups=20, *, centred_form=False):
+    """Hierarchical logistic regression, a = μ + τz. ``centred_form``: the same data and the same
+    posterior of (μ, τ, a, b) written a ~ N(μ, τ), NUTS's easy geometry when groups have many rows
+    (a reference for the non-centred model's μ_a, τ_a, a and b)."""
     rng = np.random.default_rng(seed)
     group, k = _groups(rng, n, groups)
     x = rng.normal(size=n)
@@ -61,8 +64,11 @@ def hierarchical_noncentred(n, seed=0, groups=20):
         x_ = pm.Data("x", x)
         mu = pm.Normal("mu_a", 0, 1)
         tau = pm.HalfNormal("tau_a", 1)
-        z = pm.Normal("z_a", 0, 1, dims="group")
-        a = pm.Deterministic("a", mu + tau * z, dims="group")
+        if centred_form:
+            a = pm.Normal("a", mu, tau, dims="group")
+        else:
+            z = pm.Normal("z_a", 0, 1, dims="group")
+            a = pm.Deterministic("a", mu + tau * z, dims="group")
         b = pm.Normal("b", 0, 1)
         pm.Bernoulli("obs", logit_p=a[g] + b * x_, observed=pm.Data("y", y.astype(float)))
     return model
