@@ -28,6 +28,7 @@ from pymc_subsample.model.rows import (
     find_size_constants,
     substitute_rows,
 )
+from pymc_subsample.model.triangular import factors_from_triangular_products
 
 __all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
@@ -574,7 +575,8 @@ def _loglik_rows_graph(model):
     total = rows[0]
     for r in rows[1:]:
         total = total + r
-    return total
+    # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again (model/triangular.py)
+    return factors_from_triangular_products(total, model.value_vars)
 
 
 def _check_finite(leaves):

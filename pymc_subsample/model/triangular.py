@@ -1,0 +1,111 @@
+"""Cholesky factors the model already holds: cholesky(L Lᵀ) read as L·diag(sign(diag L)).
+
+PyMC's ``MvNormal(chol=L)`` builds cov = L Lᵀ and its log-density factors it again,
+``cholesky(cov)``. PyTensor rewrites that to L when L carries the tag ``lower_triangular`` (PyMC
+tags its ``chol``), but the model's log-density graph is a clone on the value variables without the
+tag, and our graphs are differentiated before any rewriting: the estimator's second directional
+derivative went twice through the Cholesky's forward mode. On the MvNormal + ``LKJCholeskyCov``
+zoo model (one 1,000-row graph of q's difference and its gradient, ``benchmarks/README.md``,
+thirteenth session): 1,159 nodes after rewriting, 16 s to build and 35 s to rewrite; read from L,
+149 nodes, 3 s and 3 s.
+
+For a non-singular lower-triangular L, cholesky(L Lᵀ) = L D with D = diag(sign(diag L)), the one
+factor with a positive diagonal: the replacement is exact at every such point, whatever the signs.
+At a singular L PyTensor's Cholesky fails (NaN); the replacement has a zero on its diagonal, and the
+MvNormal's log-density is −inf at both (its positive-definiteness check reads diag > 0).
+
+L is taken as lower triangular when it is tagged so, or when it is built by setting (or adding)
+values into a zero matrix at constant row and column indices with row ≥ column, as PyMC's
+``LKJCholeskyCov`` and ``expand_packed_triangular`` build it. Anything else is left as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.basic import Constant
+from pytensor.graph.traversal import applys_between
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.math import Dot
+from pytensor.tensor.rewriting.linalg import is_matrix_transpose
+from pytensor.tensor.slinalg import Cholesky
+from pytensor.tensor.subtensor import AdvancedIncSubtensor
+
+__all__ = ["factors_from_triangular_products"]
+
+
+def factors_from_triangular_products(output, inputs):
+    """``output`` with every lower Cholesky factor of L Lᵀ (L lower triangular, 2-D) replaced by
+    L·diag(sign(diag L)), searching the graph between ``inputs`` and ``output``.
+    """
+    replacements = {}
+    for node in applys_between(inputs, [output]):
+        factor = _factor_of_triangular_product(node)
+        if factor is not None:
+            old = node.outputs[0]
+            replacements[old] = old.type.filter_variable(factor, allow_convert=True)
+    if not replacements:
+        return output
+    return pytensor.graph_replace(output, replacements, strict=False)
+
+
+def _factor_of_triangular_product(node):
+    """L·diag(sign(diag L)) (with the input's added leading axes) if ``node`` is a lower Cholesky
+    of L Lᵀ with L known to be lower triangular, else None.
+    """
+    op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
+    if not isinstance(op, Cholesky) or not op.lower:
+        return None
+    product, expand = node.inputs[0], None
+    if _adds_leading_axes(product):  # MvNormal's logp adds a batch axis before factoring
+        expand, product = product.owner.op, product.owner.inputs[0]
+    if product.owner is None or not _is_matrix_product(product.owner.op):
+        return None
+    left, right = product.owner.inputs
+    if left.ndim != 2 or not is_matrix_transpose(right) or right.owner.inputs[0] is not left:
+        return None
+    if not _is_lower_triangular(left):
+        return None
+    factor = left * pt.sgn(pt.diagonal(left))[None, :]
+    return factor if expand is None else expand(factor)
+
+
+def _adds_leading_axes(x):
+    if x.owner is None or not isinstance(x.owner.op, DimShuffle):
+        return False
+    order = x.owner.op.new_order
+    kept = [i for i in order if i != "x"]
+    return not x.owner.op.drop and kept == list(range(x.owner.inputs[0].ndim)) and \
+        list(order[len(order) - len(kept):]) == kept
+
+
+def _is_matrix_product(op):
+    if isinstance(op, Dot):
+        return True
+    return isinstance(op, Blockwise) and isinstance(op.core_op, Dot)
+
+
+def _is_lower_triangular(x):
+    """Tagged lower triangular, or zeros with values set or added at constant (row ≥ column) places."""
+    if getattr(x.tag, "lower_triangular", False):
+        return True
+    node = x.owner
+    if node is None or not isinstance(node.op, AdvancedIncSubtensor) or len(node.inputs) != 4:
+        return False
+    base, _, rows, cols = node.inputs
+    if not (isinstance(rows, Constant) and isinstance(cols, Constant)):
+        return False
+    if not np.all(np.asarray(rows.data) >= np.asarray(cols.data)):
+        return False
+    return _is_zeros(base)
+
+
+def _is_zeros(x):
+    if isinstance(x, Constant):
+        return not np.any(np.asarray(x.data))
+    node = x.owner
+    return (node is not None and isinstance(node.op, Alloc) and isinstance(node.inputs[0], Constant)
+            and not np.any(np.asarray(node.inputs[0].data)))

@@ -1,0 +1,70 @@
+"""cholesky(L Lᵀ) read from a lower-triangular L (model/triangular.py): exact, and only where L is."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.traversal import applys_between
+from pytensor.tensor.slinalg import Cholesky
+from zoo import build
+
+from pymc_subsample import TallModel
+from pymc_subsample.model.triangular import factors_from_triangular_products
+
+ROWS, COLS = np.tril_indices(3)
+
+
+def _choleskys(inputs, output):
+    return [n for n in applys_between(inputs, [output])
+            if isinstance(getattr(n.op, "core_op", n.op), Cholesky)]
+
+
+def _factor_graph(rows=ROWS, cols=COLS, leading_axis=False):
+    """(packed values, cholesky(L Lᵀ) with L = zeros set at (rows, cols) from them, as MvNormal)."""
+    packed = pt.dvector("packed")
+    lower = pt.set_subtensor(pt.zeros((3, 3))[rows, cols], packed)
+    cov = lower @ lower.T
+    return packed, pt.linalg.cholesky(cov[None] if leading_axis else cov, lower=True)
+
+
+@pytest.mark.parametrize("leading_axis", [False, True])
+@pytest.mark.parametrize("signs", [(1, 1, 1), (-1, 1, -1)])
+def test_factor_equals_the_cholesky_of_the_product_for_any_diagonal_signs(signs, leading_axis):
+    packed, chol = _factor_graph(leading_axis=leading_axis)
+    replaced = factors_from_triangular_products(chol, [packed])
+    assert _choleskys([packed], chol) and not _choleskys([packed], replaced)
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=6)
+    lower = np.zeros((3, 3))
+    lower[ROWS, COLS] = values
+    lower[np.diag_indices(3)] = np.abs(np.diag(lower)) * signs
+    values = lower[ROWS, COLS]
+    expected = np.linalg.cholesky(lower @ lower.T)  # its diagonal is positive
+    got = pytensor.function([packed], replaced)(values)
+    np.testing.assert_allclose(got.reshape(3, 3), expected, rtol=1e-12, atol=1e-12)
+    # the derivatives through it too (what the estimator's graphs take)
+    grad = pytensor.function([packed], pytensor.grad(replaced.sum(), packed))(values)
+    grad_ref = pytensor.function([packed], pytensor.grad(chol.sum(), packed))(values)
+    np.testing.assert_allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
+
+
+def test_a_matrix_not_known_to_be_lower_triangular_keeps_its_cholesky():
+    # an index above the diagonal (row 0, column 1): L is not lower triangular
+    packed, chol = _factor_graph(rows=np.array([0, 0, 1, 1, 2, 2]), cols=np.array([0, 1, 1, 0, 2, 0]))
+    assert factors_from_triangular_products(chol, [packed]) is chol
+    # a plain matrix input: nothing says it is triangular, unless it is tagged so (as PyMC tags chol)
+    lower = pt.dmatrix("lower")
+    chol = pt.linalg.cholesky(lower @ lower.T, lower=True)
+    assert factors_from_triangular_products(chol, [lower]) is chol
+    lower.tag.lower_triangular = True
+    assert not _choleskys([lower], factors_from_triangular_products(chol, [lower]))
+    # the upper factor is not replaced (only lower=True is L·diag(sign))
+    upper = pt.linalg.cholesky(lower @ lower.T, lower=False)
+    assert factors_from_triangular_products(upper, [lower]) is upper
+
+
+def test_mvnormal_lkj_rows_factor_nothing_again():
+    """The zoo's MvNormal(chol=LKJCholeskyCov): the tall model's row graph holds no Cholesky (the
+    rows' values against PyMC's own graph, which factors L Lᵀ: tests/test_zoo.py, to 1e-10)."""
+    tall = TallModel(build("mvnormal_lkj", 50))
+    assert not _choleskys([tall.theta], tall.batch_loglik)
