@@ -68,3 +68,34 @@ def test_mvnormal_lkj_rows_factor_nothing_again():
     rows' values against PyMC's own graph, which factors L Lᵀ: tests/test_zoo.py, to 1e-10)."""
     tall = TallModel(build("mvnormal_lkj", 50))
     assert not _choleskys([tall.theta], tall.batch_loglik)
+
+
+@pytest.mark.parametrize("shape, axes", [((3, 4), (0, 1)), ((2, 4, 3), (1, 2)), ((2, 3, 3), (-1, -2))])
+def test_diagonals_by_indexing_equal_pytensors_and_their_gradients_hold_no_graph_op(shape, axes):
+    from pytensor.compile.builders import OpFromGraph
+    from pytensor.graph.traversal import ancestors
+
+    from pymc_subsample.model.triangular import diagonals_by_indexing
+
+    x = pt.tensor("x", shape=(None,) * len(shape))
+    diagonal = pt.diagonal(x, axis1=axes[0], axis2=axes[1])
+    out = (diagonal**2).sum()
+    replaced = diagonals_by_indexing(out, [x])
+    values = np.random.default_rng(2).normal(size=shape)
+    np.testing.assert_allclose(pytensor.function([x], replaced)(values),
+                               (np.diagonal(values, axis1=axes[0], axis2=axes[1]) ** 2).sum(), rtol=1e-14)
+    grad = pytensor.grad(replaced, x)
+    np.testing.assert_allclose(pytensor.function([x], grad)(values),
+                               pytensor.function([x], pytensor.grad(out, x))(values), rtol=1e-14)
+    # why: ExtractDiag's gradient is AllocDiag, an OpFromGraph run in Python once differentiated again
+    assert any(isinstance(v.owner.op, OpFromGraph) for v in ancestors([pytensor.grad(out, x)]) if v.owner)
+    assert not any(isinstance(v.owner.op, OpFromGraph) for v in ancestors([grad]) if v.owner)
+
+
+def test_off_diagonals_and_other_axes_keep_their_op():
+    from pymc_subsample.model.triangular import diagonals_by_indexing
+
+    x = pt.tensor3("x")
+    for diagonal in (pt.diagonal(x, offset=1, axis1=1, axis2=2), pt.diagonal(x, axis1=0, axis2=1)):
+        out = diagonal.sum()
+        assert diagonals_by_indexing(out, [x]) is out

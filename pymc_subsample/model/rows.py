@@ -172,7 +172,8 @@ def _repeated_rows(outputs, replaced, n_rows, n_rows_symbolic, single_row):
     if n_rows <= 1:
         return out
     for var in graph_inputs(outputs):
-        if var in replaced or not isinstance(var, Constant) or var.type.ndim < 1:
+        # getattr: index constants (slices, None) have no ndim
+        if var in replaced or not isinstance(var, Constant) or getattr(var.type, "ndim", 0) < 1:
             continue
         value = np.asarray(var.data)
         if value.shape[0] != n_rows:

@@ -28,7 +28,7 @@ from pymc_subsample.model.rows import (
     find_size_constants,
     substitute_rows,
 )
-from pymc_subsample.model.triangular import factors_from_triangular_products
+from pymc_subsample.model.triangular import diagonals_by_indexing, factors_from_triangular_products
 
 __all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
@@ -575,8 +575,10 @@ def _loglik_rows_graph(model):
     total = rows[0]
     for r in rows[1:]:
         total = total + r
-    # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again (model/triangular.py)
-    return factors_from_triangular_products(total, model.value_vars)
+    # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again, and the gradients of its
+    # log-determinant's diagonal are graphs run in Python (model/triangular.py)
+    total = factors_from_triangular_products(total, model.value_vars)
+    return diagonals_by_indexing(total, model.value_vars)
 
 
 def _check_finite(leaves):

@@ -1,4 +1,6 @@
-"""Cholesky factors the model already holds: cholesky(L Lᵀ) read as L·diag(sign(diag L)).
+"""Linear algebra of the rows' graph written for differentiation: cholesky(L Lᵀ) read as
+L·diag(sign(diag L)) (the factor the model already holds), and diagonals taken by indexing
+(:func:`diagonals_by_indexing`).
 
 PyMC's ``MvNormal(chol=L)`` builds cov = L Lᵀ and its log-density factors it again,
 ``cholesky(cov)``. PyTensor rewrites that to L when L carries the tag ``lower_triangular`` (PyMC
@@ -26,7 +28,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import applys_between
-from pytensor.tensor.basic import Alloc
+from pytensor.tensor.basic import Alloc, ExtractDiag
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
@@ -34,7 +36,7 @@ from pytensor.tensor.rewriting.linalg import is_matrix_transpose
 from pytensor.tensor.slinalg import Cholesky
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
-__all__ = ["factors_from_triangular_products"]
+__all__ = ["diagonals_by_indexing", "factors_from_triangular_products"]
 
 
 def factors_from_triangular_products(output, inputs):
@@ -69,7 +71,7 @@ def _factor_of_triangular_product(node):
         return None
     if not _is_lower_triangular(left):
         return None
-    factor = left * pt.sgn(pt.diagonal(left))[None, :]
+    factor = left * pt.sgn(_diagonal(left))[None, :]
     return factor if expand is None else expand(factor)
 
 
@@ -109,3 +111,32 @@ def _is_zeros(x):
     node = x.owner
     return (node is not None and isinstance(node.op, Alloc) and isinstance(node.inputs[0], Constant)
             and not np.any(np.asarray(node.inputs[0].data)))
+
+
+def diagonals_by_indexing(output, inputs):
+    """``output`` with every main diagonal of the last two axes (``pt.diagonal``, ``ExtractDiag``)
+    taken by indexing, x[..., i, i]: the same values.
+
+    Why: the gradient of ``ExtractDiag`` is ``AllocDiag``, an ``OpFromGraph``, and the forward-mode
+    derivative by the double-``Lop`` rule takes the gradient of that gradient, an ``OpFromGraph`` of
+    its own that PyTensor never inlines, run through Python at every call (the MvNormal + LKJ zoo
+    model's estimator held 7, from the log-determinant's diagonal). Indexing's gradients are
+    ``AdvancedIncSubtensor``, compiled like the rest.
+    """
+    replacements = {}
+    for node in applys_between(inputs, [output]):
+        if isinstance(node.op, ExtractDiag):
+            x = node.inputs[0]
+            axes = sorted(a % x.ndim for a in (node.op.axis1, node.op.axis2))
+            if node.op.offset == 0 and axes == [x.ndim - 2, x.ndim - 1]:
+                replacements[node.outputs[0]] = node.outputs[0].type.filter_variable(
+                    _diagonal(x), allow_convert=True)
+    if not replacements:
+        return output
+    return pytensor.graph_replace(output, replacements, strict=False)
+
+
+def _diagonal(x):
+    """The main diagonal of the last two axes, by indexing (see :func:`diagonals_by_indexing`)."""
+    i = pt.arange(pt.minimum(x.shape[-2], x.shape[-1]))
+    return x[(slice(None),) * (x.ndim - 2) + (i, i)]
