@@ -52,6 +52,9 @@ def test_a_matrix_not_known_to_be_lower_triangular_keeps_its_cholesky():
     # an index above the diagonal (row 0, column 1): L is not lower triangular
     packed, chol = _factor_graph(rows=np.array([0, 0, 1, 1, 2, 2]), cols=np.array([0, 1, 1, 0, 2, 0]))
     assert factors_from_triangular_products(chol, [packed]) is chol
+    # a negative column counts from the end: (0, -1) is above the diagonal though 0 ≥ −1
+    packed, chol = _factor_graph(rows=np.array([0, 1, 1, 2, 2, 0]), cols=np.array([0, 0, 1, 1, 2, -1]))
+    assert factors_from_triangular_products(chol, [packed]) is chol
     # a plain matrix input: nothing says it is triangular, unless it is tagged so (as PyMC tags chol)
     lower = pt.dmatrix("lower")
     chol = pt.linalg.cholesky(lower @ lower.T, lower=True)

@@ -100,7 +100,9 @@ def _is_lower_triangular(x):
     base, _, rows, cols = node.inputs
     if not (isinstance(rows, Constant) and isinstance(cols, Constant)):
         return False
-    if not np.all(np.asarray(rows.data) >= np.asarray(cols.data)):
+    rows, cols = np.asarray(rows.data), np.asarray(cols.data)
+    # non-negative: a column -1 is the last one, above the diagonal, though -1 < every row
+    if np.any(rows < 0) or np.any(cols < 0) or not np.all(rows >= cols):
         return False
     return _is_zeros(base)
 
