@@ -102,3 +102,46 @@ def test_off_diagonals_and_other_axes_keep_their_op():
     for diagonal in (pt.diagonal(x, offset=1, axis1=1, axis2=2), pt.diagonal(x, axis1=0, axis2=1)):
         out = diagonal.sum()
         assert diagonals_by_indexing(out, [x]) is out
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("unit_diagonal", [False, True])
+@pytest.mark.parametrize("b_ndim, batch", [(1, False), (2, False), (1, True)])
+def test_small_triangular_solves_written_out_equal_scipys(lower, unit_diagonal, b_ndim, batch):
+    import scipy.linalg
+
+    from pymc_subsample.model.triangular import small_triangular_solves
+
+    rng = np.random.default_rng(3)
+    n = 3
+    a_value = rng.normal(size=(n, n)) + 3 * np.eye(n)
+    # MvNormal's form when batched: one factor with a leading axis of 1, a row of b per data row
+    a = pt.tensor("a", shape=(1, n, n) if batch else (n, n))
+    b_shape = (7, n) if batch else ((n,) if b_ndim == 1 else (n, 2))
+    b = pt.tensor("b", shape=(None,) * len(b_shape))
+    x = pt.linalg.solve_triangular(a, b, lower=lower, unit_diagonal=unit_diagonal, b_ndim=b_ndim)
+    out = (x**2).sum()
+    replaced = small_triangular_solves(out, [a, b])
+    from pytensor.tensor.slinalg import SolveTriangular
+
+    assert not [n_ for n_ in applys_between([a, b], [replaced])
+                if isinstance(getattr(n_.op, "core_op", n_.op), SolveTriangular)]
+    b_value = rng.normal(size=b_shape)
+    a_arg = a_value[None] if batch else a_value
+    expected = scipy.linalg.solve_triangular(a_value, b_value.T if batch else b_value, lower=lower,
+                                             unit_diagonal=unit_diagonal)
+    np.testing.assert_allclose(pytensor.function([a, b], replaced)(a_arg, b_value), (expected**2).sum(),
+                               rtol=1e-12)
+    grads = pytensor.function([a, b], pytensor.grad(replaced, [a, b]))(a_arg, b_value)
+    grads_ref = pytensor.function([a, b], pytensor.grad(out, [a, b]))(a_arg, b_value)
+    for got, ref in zip(grads, grads_ref, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_large_or_unsized_triangular_solves_keep_their_op():
+    from pymc_subsample.model.triangular import SMALL_SOLVE, small_triangular_solves
+
+    b = pt.dvector("b")
+    for a in (pt.tensor("a", shape=(SMALL_SOLVE + 1, SMALL_SOLVE + 1)), pt.dmatrix("a")):
+        out = pt.linalg.solve_triangular(a, b, lower=True).sum()
+        assert small_triangular_solves(out, [a, b]) is out

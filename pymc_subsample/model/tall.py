@@ -28,7 +28,11 @@ from pymc_subsample.model.rows import (
     find_size_constants,
     substitute_rows,
 )
-from pymc_subsample.model.triangular import diagonals_by_indexing, factors_from_triangular_products
+from pymc_subsample.model.triangular import (
+    diagonals_by_indexing,
+    factors_from_triangular_products,
+    small_triangular_solves,
+)
 
 __all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
 
@@ -575,9 +579,10 @@ def _loglik_rows_graph(model):
     total = rows[0]
     for r in rows[1:]:
         total = total + r
-    # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again, and the gradients of its
-    # log-determinant's diagonal are graphs run in Python (model/triangular.py)
+    # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again, the gradients of its
+    # log-determinant's diagonal are graphs run in Python, and so are its solves (model/triangular.py)
     total = factors_from_triangular_products(total, model.value_vars)
+    total = small_triangular_solves(total, model.value_vars)
     return diagonals_by_indexing(total, model.value_vars)
 
 
