@@ -145,7 +145,7 @@ def test_set_data_then_posterior_predictive():
 
 
 # every zoo model but the non-centred ones (below); MvNormal + LKJ is heavy (40 s: its generic
-# graph's estimator at ~0.6 ms a call, against NUTS); deterministic_potential is checked against its
+# graph's estimator at ~0.4 ms a call, against NUTS); deterministic_potential is checked against its
 # exact posterior above
 AGREEMENT = ["logistic", "bambi_form", "poisson_offset", "linear", "negative_binomial", "student_t",
              "two_observed", "hierarchical_centred", "set_data_predictive",
