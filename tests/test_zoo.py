@@ -26,9 +26,6 @@ def _full_rows(model, point):
     return sum(t.reshape(t.shape[0], -1).sum(axis=1) for t in terms)
 
 
-HEAVY = [pytest.mark.slow, pytest.mark.heavy]
-
-
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_rows_gradients_and_no_blockwise(name):
     model = build(name, N)
@@ -144,12 +141,11 @@ def test_set_data_then_posterior_predictive():
     np.testing.assert_allclose(obs.mean(("chain", "draw")).values, expected, atol=0.3)
 
 
-# every zoo model but the non-centred ones (below); MvNormal + LKJ is heavy (40 s: its generic
-# graph's estimator at ~0.4 ms a call, against NUTS); deterministic_potential is checked against its
+# every zoo model but the non-centred ones (below); deterministic_potential is checked against its
 # exact posterior above
 AGREEMENT = ["logistic", "bambi_form", "poisson_offset", "linear", "negative_binomial", "student_t",
              "two_observed", "hierarchical_centred", "set_data_predictive",
-             pytest.param("mvnormal_lkj", marks=HEAVY)]
+             "mvnormal_lkj"]
 SAMPLE = dict(chains=1, progressbar=False, compute_convergence_checks=False)
 
 
