@@ -1,4 +1,6 @@
-"""cholesky(L Lᵀ) read from a lower-triangular L (model/triangular.py): exact, and only where L is."""
+"""The rows' graph rewritten for differentiation (model/triangular.py): cholesky(L Lᵀ) read from a
+lower-triangular L, diagonals by indexing, small triangular solves written out — each exact, and only
+where it applies."""
 
 import numpy as np
 import pytensor

@@ -44,12 +44,19 @@ def factors_from_triangular_products(output, inputs):
     """``output`` with every lower Cholesky factor of L Lᵀ (L lower triangular, 2-D) replaced by
     L·diag(sign(diag L)), searching the graph between ``inputs`` and ``output``.
     """
+    return _replace_nodes(output, inputs, _factor_of_triangular_product)
+
+
+def _replace_nodes(output, inputs, replacement_of):
+    """``output`` with the first output of every node between ``inputs`` and ``output`` for which
+    ``replacement_of(node)`` gives a variable replaced by it (cast to the old output's type).
+    """
     replacements = {}
     for node in applys_between(inputs, [output]):
-        factor = _factor_of_triangular_product(node)
-        if factor is not None:
+        new = replacement_of(node)
+        if new is not None:
             old = node.outputs[0]
-            replacements[old] = old.type.filter_variable(factor, allow_convert=True)
+            replacements[old] = old.type.filter_variable(new, allow_convert=True)
     if not replacements:
         return output
     return pytensor.graph_replace(output, replacements, strict=False)
@@ -126,17 +133,17 @@ def diagonals_by_indexing(output, inputs):
     model's estimator held 7, from the log-determinant's diagonal). Indexing's gradients are
     ``AdvancedIncSubtensor``, compiled like the rest.
     """
-    replacements = {}
-    for node in applys_between(inputs, [output]):
-        if isinstance(node.op, ExtractDiag):
-            x = node.inputs[0]
-            axes = sorted(a % x.ndim for a in (node.op.axis1, node.op.axis2))
-            if node.op.offset == 0 and axes == [x.ndim - 2, x.ndim - 1]:
-                replacements[node.outputs[0]] = node.outputs[0].type.filter_variable(
-                    _diagonal(x), allow_convert=True)
-    if not replacements:
-        return output
-    return pytensor.graph_replace(output, replacements, strict=False)
+    return _replace_nodes(output, inputs, _diagonal_by_indexing)
+
+
+def _diagonal_by_indexing(node):
+    if not isinstance(node.op, ExtractDiag):
+        return None
+    x = node.inputs[0]
+    axes = sorted(a % x.ndim for a in (node.op.axis1, node.op.axis2))
+    if node.op.offset != 0 or axes != [x.ndim - 2, x.ndim - 1]:
+        return None
+    return _diagonal(x)
 
 
 def _diagonal(x):
@@ -159,25 +166,20 @@ def small_triangular_solves(output, inputs):
     they fuse with the rest of the rows' arithmetic. The same operations as the LAPACK routine, so
     equal to rounding.
     """
-    replacements = {}
-    for node in applys_between(inputs, [output]):
-        op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
-        if not isinstance(op, SolveTriangular):
-            continue
-        factor, rhs = node.inputs
-        size = factor.type.shape[-1]
-        if size is None or size > SMALL_SOLVE or factor.type.shape[-2] != size:
-            continue
-        old = node.outputs[0]
-        replacements[old] = old.type.filter_variable(_substitution(factor, rhs, op), allow_convert=True)
-    if not replacements:
-        return output
-    return pytensor.graph_replace(output, replacements, strict=False)
+    return _replace_nodes(output, inputs, _substitution)
 
 
-def _substitution(factor, rhs, op):
-    """X of factor · x = rhs by forward (lower) or back (upper) substitution, batch axes leading."""
+def _substitution(node):
+    """The solution x of factor · x = rhs of a small triangular solve ``node`` by forward (lower) or
+    back (upper) substitution, batch axes leading; None for any other node.
+    """
+    op = node.op.core_op if isinstance(node.op, Blockwise) else node.op
+    if not isinstance(op, SolveTriangular):
+        return None
+    factor, rhs = node.inputs
     size = factor.type.shape[-1]
+    if size is None or size > SMALL_SOLVE or factor.type.shape[-2] != size:
+        return None
     lead_a = (slice(None),) * (factor.ndim - 2)
     lead_b = (slice(None),) * (rhs.ndim - op.b_ndim)
 
