@@ -1,5 +1,7 @@
 """Compiled functions kept on disk (model/function_cache.py): keys, loading, shared variables."""
 
+import pickle
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -80,6 +82,30 @@ def test_a_second_compilation_of_the_same_graph_is_loaded_not_compiled(cache):
     np.testing.assert_allclose(again(x, y)[0], np.exp(2 * x) + y)
     compile_python(*graph())  # another linker: another key, compiled
     assert len(compiled) == 2
+
+
+def test_a_file_holds_the_compiled_function_not_the_graph_it_was_rewritten_from(cache):
+    """PyTensor's own pickle also carries the graph before rewriting and the bookkeeping of the
+    variables rewriting discarded; the file holds the linked function alone, which loads to the same
+    values, and copies."""
+    folder, compiled = cache
+    x, y = pt.vector("x"), pt.vector("y")
+    # a graph that rewriting changes a lot: a gradient, with sums and products to fuse and merge
+    value = (pt.log1p(pt.exp(x * y)) * x).sum() + (x**2).sum() * y.sum()
+    outputs = [value, *pytensor.grad(value, [x, y])]
+    function = compile_function([x, y], outputs)
+    (path,) = folder.glob("*.pkl")
+    own = len(pickle.dumps(function, protocol=pickle.HIGHEST_PROTOCOL))
+    assert path.stat().st_size < own / 3, (path.stat().st_size, own)
+    loaded = pickle.loads(path.read_bytes())
+    assert all(v in loaded.maker.fgraph.variables for v in (o.variable for o in loaded.maker.outputs))
+    assert not hasattr(loaded.maker.fgraph, "shape_feature")
+    a, b = np.array([0.3, -1.2, 2.0]), np.array([1.5, 0.2, -0.7])
+    expected = function(a, b)
+    for got in (loaded(a, b), loaded.copy()(a, b), compile_function([x, y], outputs)(a, b)):
+        for e, g in zip(expected, got, strict=True):
+            np.testing.assert_array_equal(e, g)
+    assert len(compiled) == 1
 
 
 def test_shared_variables_are_inputs_read_at_each_call(cache):
