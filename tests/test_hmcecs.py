@@ -173,6 +173,8 @@ def test_chains_in_parallel_and_reproducible(small_logistic):
         b = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
         c = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
     np.testing.assert_array_equal(b.posterior["beta"].values, c.posterior["beta"].values)
+    # each chain process loads the step's functions from their lean pickle (CompiledFunction)
+    np.testing.assert_array_equal(a.posterior["beta"].values, b.posterior["beta"].values)
     assert a.posterior["beta"].shape == (2, 50, 3)
     for stat in (
         "diverging",

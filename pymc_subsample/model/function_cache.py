@@ -37,7 +37,9 @@ bookkeeping of every variable the rewriting created and discarded (the clients m
 function graph and of its ``DestroyHandler``, ``ShapeFeature``'s symbolic shapes, the removed
 nodes): 10× the function itself, 1.2 MB for the linear zoo model's 56-node estimator. Those are
 used while rewriting, which a loaded function never does again; left out, the files are ~10×
-smaller and load 30-50% faster (``benchmarks/README.md``, fourteenth session).
+smaller and load 30-50% faster (``benchmarks/README.md``, fourteenth session). The functions
+themselves pickle the same way (:class:`CompiledFunction`), which is how PyMC sends a step method
+to each chain's process.
 
 Unpickling a file runs code from it, as PyTensor's own cache of compiled modules does from the
 same directory: the cache trusts the compile directory as PyTensor does.
@@ -56,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 import pytensor
-from pytensor.compile.function.types import FunctionMaker
+from pytensor.compile.function.types import Function, FunctionMaker
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.graph.destroyhandler import DestroyHandler
@@ -69,7 +71,7 @@ from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.type import TensorType
 
 __all__ = ["MAX_CONSTANT_BYTES", "MAX_BYTES", "SharedAsInputs", "cache_enabled", "cache_folder",
-           "cached_function", "compiled_function_bytes", "graph_key"]
+           "CompiledFunction", "cached_function", "compiled_function_bytes", "graph_key"]
 
 #: constants larger than this (model data written as NumPy arrays) keep a graph out of the cache
 MAX_CONSTANT_BYTES = 1 << 20
@@ -174,18 +176,18 @@ def cached_function(inputs, outputs, compile_, context=(), load_context=None):
     the function as it reaches one compiled with the shared variables themselves.
     """
     if not cache_enabled():
-        return compile_(inputs, outputs)
+        return _pickled_lean(compile_(inputs, outputs))
     single = not isinstance(outputs, (list, tuple))
     outputs = [outputs] if single else list(outputs)
     shared = list(dict.fromkeys(v for v in graph_inputs(outputs) if isinstance(v, SharedVariable)))
     if any(not isinstance(v.type, TensorType) for v in shared):  # random generators: updated in place
-        return compile_(inputs, outputs[0] if single else outputs)
+        return _pickled_lean(compile_(inputs, outputs[0] if single else outputs))
     if shared:
         stand_ins = [v.type(name=v.name) for v in shared]
         outputs = graph_replace(outputs, dict(zip(shared, stand_ins, strict=True)), strict=False)
         inputs = [*inputs, *stand_ins]
     outputs = outputs[0] if single else outputs
-    function = _cached(inputs, outputs, compile_, context, load_context)
+    function = _pickled_lean(_cached(inputs, outputs, compile_, context, load_context))
     return SharedAsInputs(function, shared) if shared else function
 
 
@@ -321,6 +323,28 @@ def _replace_validate_reduced(feature):
     return _rebuilt(feature, state)
 
 
+class CompiledFunction(Function):
+    """A compiled PyTensor function that pickles as :func:`compiled_function_bytes` does: its linked
+    graph without the graphs it was rewritten from. PyMC sends a step method to each chain's process
+    by pickling it (``pm.sample(cores=...)`` under forkserver or spawn), our functions with it:
+    PyTensor's own pickle of them made the linear zoo model's HMCECS step 6.1 MB, 0.5 s to pickle
+    and 0.7 s to load in each process (``benchmarks/README.md``, fourteenth session). Loaded, it is
+    a plain ``Function``.
+    """
+
+    def __reduce__(self):
+        return pickle.loads, (compiled_function_bytes(self),)
+
+
+def _pickled_lean(function):
+    """``function`` as a :class:`CompiledFunction` (its class changed in place, nothing else: the
+    subclass adds no state), where it is a plain PyTensor ``Function``.
+    """
+    if type(function) is Function:
+        function.__class__ = CompiledFunction
+    return function
+
+
 class _CompiledFunctionPickler(pickle.Pickler):
     """Pickles a compiled PyTensor function as its linked graph, without what rewriting kept of the
     graphs before it (module docstring). Loaded with plain ``pickle.loads``: the objects are those
@@ -329,6 +353,7 @@ class _CompiledFunctionPickler(pickle.Pickler):
 
     dispatch_table = {
         **copyreg.dispatch_table,
+        CompiledFunction: copyreg.dispatch_table[Function],  # PyTensor's own reduction of a function
         FunctionMaker: _maker_reduced,
         FunctionGraph: _fgraph_reduced,
         DestroyHandler: _destroy_handler_reduced,
