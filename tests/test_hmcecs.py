@@ -169,11 +169,12 @@ def test_chains_in_parallel_and_reproducible(small_logistic):
         draws=50, tune=50, chains=2, random_seed=7, progressbar=False, compute_convergence_checks=False
     )
     with small_logistic:
-        a = pm.sample(step=pms.HMCECS(subsample_size=200), cores=2, **kwargs)
+        # forkserver (macOS, and Linux from Python 3.14; Windows spawns): the step is pickled to each
+        # chain process, its functions in their lean pickle (CompiledFunction)
+        a = pm.sample(step=pms.HMCECS(subsample_size=200), cores=2, mp_ctx="forkserver", **kwargs)
         b = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
         c = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
     np.testing.assert_array_equal(b.posterior["beta"].values, c.posterior["beta"].values)
-    # each chain process loads the step's functions from their lean pickle (CompiledFunction)
     np.testing.assert_array_equal(a.posterior["beta"].values, b.posterior["beta"].values)
     assert a.posterior["beta"].shape == (2, 50, 3)
     for stat in (
