@@ -145,7 +145,7 @@ def test_set_data_then_posterior_predictive():
 # exact posterior above
 AGREEMENT = ["logistic", "bambi_form", "poisson_offset", "linear", "negative_binomial", "student_t",
              "two_observed", "hierarchical_centred", "set_data_predictive",
-             "mvnormal_lkj"]
+             "mvnormal_lkj", "zero_inflated_poisson"]
 SAMPLE = dict(chains=1, progressbar=False, compute_convergence_checks=False)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode, get_default_mode
+from pytensor.tensor.blockwise import Blockwise
 
 from pymc_subsample.model import function_cache
 
@@ -35,6 +36,7 @@ __all__ = [
     "SLOW_REWRITES",
     "compile_function",
     "compile_python",
+    "has_blockwise",
     "precompiled_header_flags",
     "set_up_without_overheads",
 ]
@@ -83,6 +85,13 @@ def compile_function(inputs, outputs, *, exclude=()):
     return function_cache.cached_function(inputs, outputs, compile_,
                                           context=("compile_function", tuple(exclude)),
                                           load_context=_precompiled_headers)
+
+
+def has_blockwise(function) -> bool:
+    """Whether a compiled function holds a ``Blockwise`` node: an op PyTensor could vectorise only
+    by looping over the batch in Python (and which fails on an empty batch).
+    """
+    return any(isinstance(node.op, Blockwise) for node in function.maker.fgraph.apply_nodes)
 
 
 #: the Python linker for graphs over large arrays (a prior's gradient at hundreds of points): full

@@ -42,12 +42,11 @@ from pytensor.compile.ops import ViewOp
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
-from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python, has_blockwise
 from pymc_subsample.model.one_hot import PointLayout, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
@@ -440,9 +439,7 @@ def _vectorised_function(inputs, graphs, batch_inputs):
         function = compile_function([*points, *batch_inputs], outputs)
     except (NotImplementedError, TypeError, ValueError):
         return None
-    if any(isinstance(node.op, Blockwise) for node in function.maker.fgraph.apply_nodes):
-        return None
-    return function
+    return None if has_blockwise(function) else function
 
 
 def _without_parameter_checks(graph):

@@ -20,7 +20,7 @@ from pytensor.graph.traversal import applys_between
 from pytensor.ifelse import ifelse
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
-from pymc_subsample.model.compile import PYTHON_LINKER, compile_function, compile_python
+from pymc_subsample.model.compile import PYTHON_LINKER, compile_function, compile_python, has_blockwise
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
@@ -308,8 +308,14 @@ class TallModel:
             self._hvp_vectorised = not self._has_advanced_indexing()
             if self._hvp_vectorised:
                 try:
-                    self._compile("setup", lambda: self._build_setup(vectorise=True))
+                    function = self._compile("setup", lambda: self._build_setup(vectorise=True))
                 except (NotImplementedError, TypeError, ValueError):
+                    function = None
+                # an op PyTensor vectorises only as a Blockwise (a mixture's Join of its components)
+                # would loop over the directions in Python, and fails on none (k = 0: "vectorize
+                # with zero size not implemented"), which every call but the Hessian's passes
+                if function is None or has_blockwise(function):
+                    self._functions.pop("setup", None)
                     self._hvp_vectorised = False
             if not self._hvp_vectorised:
                 self._compile("setup", lambda: self._build_setup(vectorise=False))
