@@ -22,7 +22,7 @@ def test_observed_variables_with_different_lengths():
         mu = pm.Normal("mu", 0, 1)
         pm.Normal("a", mu, 1, observed=np.zeros(10))
         pm.Normal("b", mu, 1, observed=np.zeros(12))
-    with pytest.raises(ValueError, match="different numbers of rows"):
+    with pytest.raises(ValueError, match="different numbers of rows.*stack their rows into one likelihood"):
         TallModel(model)
 
 

@@ -6,6 +6,7 @@ import warnings
 import arviz as az
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 from pytensor.tensor.blockwise import Blockwise
 from zoo import ZOO, agreement, agrees, build, hierarchical_noncentred
@@ -286,3 +287,48 @@ def test_adapted_mh_proposal_keeps_a_scale_the_user_fixed():
     assert not np.allclose(step.proposal_chol, laplace)
     assert step.proposal_changed_at == 100  # where adapted_thin's window of draws starts
     np.testing.assert_allclose(idata.sample_stats["scale"].values, 0.3)
+
+
+def _two_data_sets(n, seed=0):
+    """A Normal regression on n rows and a Poisson one on n // 2 other rows, sharing the slope b."""
+    rng = np.random.default_rng(seed)
+    x1, x2 = rng.normal(size=n), rng.normal(size=n // 2)
+    y1 = 1.0 + 0.5 * x1 + rng.normal(size=n)
+    y2 = rng.poisson(np.exp(0.3 + 0.5 * x2))
+    return x1, y1, x2, y2
+
+
+def _stacked_logp(value, mu_normal, sigma, mu_poisson, second):
+    normal = pm.logp(pm.Normal.dist(mu_normal, sigma), value)
+    # a Normal row's value is no count: the Poisson is evaluated at 0 there (finite), and not taken
+    poisson = pm.logp(pm.Poisson.dist(mu_poisson), pt.switch(second, value, 0.0))
+    return pt.switch(second, poisson, normal)
+
+
+@pytest.mark.slow
+def test_data_sets_of_different_lengths_stacked_as_the_error_says_agree_with_nuts():
+    """Observed variables of different lengths are refused (tests/test_errors.py) with a remedy:
+    one likelihood over the stacked rows that picks each row's log-density by its data set. That
+    remedy, sampled by HMCECS, against NUTS on the model written with the two likelihoods."""
+    x1, y1, x2, y2 = _two_data_sets(N)
+    second = np.r_[np.zeros(x1.size), np.ones(x2.size)]
+    with pm.Model() as stacked:
+        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
+        s = pm.HalfNormal("s", 2)
+        X, S = pm.Data("X", np.r_[x1, x2]), pm.Data("second", second)
+        pm.CustomDist("y", a + b * X, s, pm.math.exp(c + b * X), S, logp=_stacked_logp,
+                      observed=pm.Data("Y", np.r_[y1, y2].astype(float)))
+    with pm.Model() as two_likelihoods:
+        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y1", a + b * x1, s, observed=y1)
+        pm.Poisson("y2", pm.math.exp(c + b * x2), observed=y2)
+    with pytest.raises(ValueError, match="stack their rows"):
+        TallModel(two_likelihoods)
+    ref = _nuts(two_likelihoods, draws=600, tune=500)
+    with stacked, warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        idata = pm.sample(step=pms.HMCECS(rng=0), draws=600, tune=500, random_seed=6, **SAMPLE)
+    result = agreement(idata, ref, ["a", "b", "c", "s"])
+    assert agrees(result), result
+    assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]

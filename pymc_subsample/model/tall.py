@@ -537,8 +537,11 @@ def observation_axis_length(model) -> int:
     if len(set(lengths.values())) > 1:
         raise ValueError(
             f"Observed variables have different numbers of rows {lengths}; all observed variables "
-            "must share the observation axis (the same N rows). Fit them in separate models or "
-            "pad/reshape them to share rows."
+            "must share the observation axis (the same N rows). For data sets of different lengths "
+            "that share parameters, stack their rows into one likelihood: concatenate the data with "
+            "an indicator of each row's data set, and give a pm.CustomDist a logp that picks each "
+            "row's log-density with pt.switch(indicator, logp_b, logp_a) (README, \"Models that "
+            "work\"); or fit them in separate models."
         )
     return next(iter(lengths.values()))
 
