@@ -17,13 +17,13 @@ def test_no_observed_variables():
         TallModel(model)
 
 
-def test_observed_variables_with_different_lengths():
+def test_observed_variables_with_different_lengths_are_stacked_not_refused():
+    """(They were refused until 2026-11-27; tests/test_stacked.py checks their rows.)"""
     with pm.Model() as model:
         mu = pm.Normal("mu", 0, 1)
         pm.Normal("a", mu, 1, observed=np.zeros(10))
         pm.Normal("b", mu, 1, observed=np.zeros(12))
-    with pytest.raises(ValueError, match="different numbers of rows.*stack their rows into one likelihood"):
-        TallModel(model)
+    assert TallModel(model).data_set_rows == {"a": (0, 10), "b": (10, 22)}
 
 
 def test_observed_value_reducing_over_rows():

@@ -6,7 +6,6 @@ import warnings
 import arviz as az
 import numpy as np
 import pymc as pm
-import pytensor.tensor as pt
 import pytest
 from pytensor.tensor.blockwise import Blockwise
 from zoo import ZOO, agreement, agrees, build, hierarchical_noncentred
@@ -295,40 +294,26 @@ def _two_data_sets(n, seed=0):
     x1, x2 = rng.normal(size=n), rng.normal(size=n // 2)
     y1 = 1.0 + 0.5 * x1 + rng.normal(size=n)
     y2 = rng.poisson(np.exp(0.3 + 0.5 * x2))
-    return x1, y1, x2, y2
-
-
-def _stacked_logp(value, mu_normal, sigma, mu_poisson, second):
-    normal = pm.logp(pm.Normal.dist(mu_normal, sigma), value)
-    # a Normal row's value is no count: the Poisson is evaluated at 0 there (finite), and not taken
-    poisson = pm.logp(pm.Poisson.dist(mu_poisson), pt.switch(second, value, 0.0))
-    return pt.switch(second, poisson, normal)
+    with pm.Model() as model:
+        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
+        s = pm.HalfNormal("s", 2)
+        pm.Normal("y1", a + b * pm.Data("x1", x1), s, observed=pm.Data("y1_data", y1))
+        pm.Poisson("y2", pm.math.exp(c + b * pm.Data("x2", x2)), observed=pm.Data("y2_data", y2))
+    return model
 
 
 @pytest.mark.slow
-def test_data_sets_of_different_lengths_stacked_as_the_error_says_agree_with_nuts():
-    """Observed variables of different lengths are refused (tests/test_errors.py) with a remedy:
-    one likelihood over the stacked rows that picks each row's log-density by its data set. That
-    remedy, sampled by HMCECS, against NUTS on the model written with the two likelihoods."""
-    x1, y1, x2, y2 = _two_data_sets(N)
-    second = np.r_[np.zeros(x1.size), np.ones(x2.size)]
-    with pm.Model() as stacked:
-        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
-        s = pm.HalfNormal("s", 2)
-        X, S = pm.Data("X", np.r_[x1, x2]), pm.Data("second", second)
-        pm.CustomDist("y", a + b * X, s, pm.math.exp(c + b * X), S, logp=_stacked_logp,
-                      observed=pm.Data("Y", np.r_[y1, y2].astype(float)))
-    with pm.Model() as two_likelihoods:
-        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
-        s = pm.HalfNormal("s", 2)
-        pm.Normal("y1", a + b * x1, s, observed=y1)
-        pm.Poisson("y2", pm.math.exp(c + b * x2), observed=y2)
-    with pytest.raises(ValueError, match="stack their rows"):
-        TallModel(two_likelihoods)
-    ref = _nuts(two_likelihoods, draws=600, tune=500)
-    with stacked, warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        idata = pm.sample(step=pms.HMCECS(rng=0), draws=600, tune=500, random_seed=6, **SAMPLE)
-    result = agreement(idata, ref, ["a", "b", "c", "s"])
-    assert agrees(result), result
-    assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
+def test_both_samplers_agree_with_nuts_on_two_data_sets_of_different_lengths():
+    """Two observed variables of 20,000 and 10,000 rows sharing b: their rows stacked on one axis
+    of 30,000 (model/stacked.py; rows and gradients in tests/test_stacked.py)."""
+    model = _two_data_sets(N)
+    ref = _nuts(model, draws=600, tune=500)
+    for step_class in (pms.HMCECS, pms.SubsampleMH):
+        with model, warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            step = step_class(rng=0)
+            idata = pm.sample(step=step, draws=600, tune=500, random_seed=6, **SAMPLE)
+        assert step.tall.n_rows == N + N // 2
+        result = agreement(idata, ref, ["a", "b", "c", "s"])
+        assert agrees(result), (step_class.__name__, result)
+        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]

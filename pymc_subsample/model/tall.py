@@ -32,13 +32,14 @@ from pymc_subsample.model.rows import (
     find_size_constants,
     substitute_rows,
 )
+from pymc_subsample.model.stacked import stacked_rows
 from pymc_subsample.model.triangular import (
     diagonals_by_indexing,
     factors_from_triangular_products,
     small_triangular_solves,
 )
 
-__all__ = ["TallModel", "as_tall_model", "observation_axis_length"]
+__all__ = ["TallModel", "as_tall_model", "observation_axis_length", "observation_lengths"]
 
 _CHECK_ROWS = 6  # rows used by the row-independence check at construction
 #: a distributional regression of up to this many rows takes its set-up Σ H_k from η
@@ -66,7 +67,10 @@ class TallModel:
     Attributes
     ----------
     n_rows : int
-        N, the length of the observation axis.
+        N, the length of the observation axis: the observed variables' common length, or the sum
+        of their lengths where they differ (their rows stacked, :mod:`~pymc_subsample.model.stacked`).
+    data_set_rows : dict or None
+        Where the lengths differ, each observed variable's rows [start, stop) on that axis.
     ndim : int
         d, the length of the unconstrained parameter vector.
     leaves : list of RowLeaf
@@ -78,11 +82,13 @@ class TallModel:
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
-        self.n_rows = observation_axis_length(self.model)
+        lengths = observation_lengths(self.model)
+        self.n_rows = sum(lengths.values())
         self.value_vars = _check_value_vars(self.model, vars)
         self.initial_point = self.model.initial_point()
-        _check_no_row_sized_free_variables(self.model, self.initial_point, self.n_rows)
-        loglik_rows = _loglik_rows_graph(self.model)
+        for n_rows in set(lengths.values()):
+            _check_no_row_sized_free_variables(self.model, self.initial_point, n_rows)
+        loglik_rows, self.data_set_rows = _loglik_rows_graph(self.model, lengths)
         prior = self.model.logp(vars=self.model.free_RVs + self.model.potentials, jacobian=True)
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
@@ -385,7 +391,9 @@ class TallModel:
     def _candidate_view(self):
         """The distributional-regression view before its f is checked against the rows, or None."""
         if not self._affine_view_found:
-            self._affine_view = affine_view(self)
+            # stacked data sets: each row's density is a switch between the data sets' (one family
+            # and one set of parameters per model is what the view reads from the observed variables)
+            self._affine_view = affine_view(self) if self.data_set_rows is None else None
             self._affine_view_found = True
         return self._affine_view
 
@@ -509,7 +517,14 @@ def directional_derivative(output, wrt, direction):
 
 
 def observation_axis_length(model) -> int:
-    """N, from the observed variables' leading axis (cheap: no graph is compiled)."""
+    """N, from the observed variables' leading axis (cheap: no graph is compiled): the sum of their
+    lengths where they differ, their rows then stacked on one axis (:mod:`~pymc_subsample.model.stacked`).
+    """
+    return sum(observation_lengths(model).values())
+
+
+def observation_lengths(model) -> dict[str, int]:
+    """Each observed variable's number of rows (its leading axis), by name."""
     if not model.observed_RVs:
         raise ValueError(
             "The model has no observed variables, so there are no rows to subsample. "
@@ -534,16 +549,7 @@ def observation_axis_length(model) -> int:
                 "observations themselves (one row per observation) as `observed=`."
             )
         lengths[rv.name] = int(shape[0])
-    if len(set(lengths.values())) > 1:
-        raise ValueError(
-            f"Observed variables have different numbers of rows {lengths}; all observed variables "
-            "must share the observation axis (the same N rows). For data sets of different lengths "
-            "that share parameters, stack their rows into one likelihood: concatenate the data with "
-            "an indicator of each row's data set, and give a pm.CustomDist a logp that picks each "
-            "row's log-density with pt.switch(indicator, logp_b, logp_a) (README, \"Models that "
-            "work\"); or fit them in separate models."
-        )
-    return next(iter(lengths.values()))
+    return lengths
 
 
 def _check_no_imputation(model):
@@ -600,7 +606,10 @@ def _check_no_row_sized_free_variables(model, point, n_rows):
             )
 
 
-def _loglik_rows_graph(model):
+def _loglik_rows_graph(model, lengths):
+    """(ℓ_k over the N rows, as one graph; where the observed variables' lengths differ, the row
+    range [start, stop) of each on the stacked axis (:mod:`~pymc_subsample.model.stacked`), else None).
+    """
     terms = model.logp(vars=model.observed_RVs, sum=False)
     rows = []
     for rv, term in zip(model.observed_RVs, terms):
@@ -610,14 +619,19 @@ def _loglik_rows_graph(model):
                 "rows; give one row per observation."
             )
         rows.append(pt.sum(term, axis=tuple(range(1, term.ndim))) if term.ndim > 1 else term)
-    total = rows[0]
-    for r in rows[1:]:
-        total = total + r
+    names = [rv.name for rv in model.observed_RVs]
+    data_set_rows = None
+    if len(set(lengths.values())) > 1:
+        total, data_set_rows = stacked_rows(names, rows, [lengths[name] for name in names])
+    else:
+        total = rows[0]
+        for r in rows[1:]:
+            total = total + r
     # before any derivative is taken: MvNormal(chol=L) factors L Lᵀ again, the gradients of its
     # log-determinant's diagonal are graphs run in Python, and so are its solves (model/triangular.py)
     total = factors_from_triangular_products(total, model.value_vars)
     total = small_triangular_solves(total, model.value_vars)
-    return diagonals_by_indexing(total, model.value_vars)
+    return diagonals_by_indexing(total, model.value_vars), data_set_rows
 
 
 def _check_finite(leaves):
