@@ -84,3 +84,13 @@ def test_row_sized_free_variable_of_one_data_set_is_refused():
         pm.Poisson("second", pm.math.exp(z), observed=y2)
     with pytest.raises(ValueError, match="Free variable .z. has length N = 120"):
         TallModel(model)
+
+
+def test_observed_variables_of_one_length_share_their_rows_unstacked():
+    x1, y1, _, _ = _data()
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 2)
+        pm.Normal("first", a * x1, 1, observed=y1)
+        pm.Normal("again", a * x1, 2, observed=y1)
+    tall = TallModel(model)
+    assert tall.n_rows == N1 and tall.data_set_rows is None

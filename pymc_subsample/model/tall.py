@@ -83,7 +83,7 @@ class TallModel:
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
         lengths = observation_lengths(self.model)
-        self.n_rows = sum(lengths.values())
+        self.n_rows = _axis_length(lengths)
         self.value_vars = _check_value_vars(self.model, vars)
         self.initial_point = self.model.initial_point()
         for n_rows in set(lengths.values()):
@@ -520,7 +520,15 @@ def observation_axis_length(model) -> int:
     """N, from the observed variables' leading axis (cheap: no graph is compiled): the sum of their
     lengths where they differ, their rows then stacked on one axis (:mod:`~pymc_subsample.model.stacked`).
     """
-    return sum(observation_lengths(model).values())
+    return _axis_length(observation_lengths(model))
+
+
+def _axis_length(lengths) -> int:
+    """The observed variables' common length (they share their rows), or the sum of their lengths
+    where these differ (their rows stacked).
+    """
+    distinct = set(lengths.values())
+    return distinct.pop() if len(distinct) == 1 else sum(lengths.values())
 
 
 def observation_lengths(model) -> dict[str, int]:
