@@ -16,8 +16,10 @@ chunks) then sees one axis of N rows, unchanged. The price: a row evaluates ever
 log-density (the others' at their first row, finite, and multiplied by zero in the gradient), and
 the padded copies of the data are held in memory, N rows per array. A size equal to a data set's
 length written into its graph (the ``size`` PyMC gives ``observed=`` numpy arrays, a ``dims``
-length) becomes N, so that it follows the stacked rows as it follows a single data set's. Rows
-streamed from disk (``pms.Data``) are not stacked: an error says so.
+length) becomes N, so that it follows the stacked rows as it follows a single data set's. The
+padded copies are taken when the step is built: a later ``pm.set_data`` reaches them through a new
+step (as it must anyway, since N changes with it). Rows streamed from disk (``pms.Data``) are not
+stacked: an error says so.
 """
 
 from __future__ import annotations
