@@ -155,22 +155,35 @@ def _nuts(model, **kwargs):
         return pm.sample(random_seed=5, **SAMPLE, **kwargs)
 
 
+DEFAULT_RUN = dict(draws=600, tune=500)
+
+
+def _both_agree_with(model, ref, names, runs=None):
+    """HMCECS and SubsampleMH with their defaults on ``model``, each against the NUTS run ``ref``:
+    ESS ≥ 100 first, so the MCSE tolerance cannot widen without limit, then z and sd
+    (:func:`zoo.agrees`), and no warning of ours. Returns the two steps, for checks of their own."""
+    runs = runs or {pms.HMCECS: DEFAULT_RUN, pms.SubsampleMH: DEFAULT_RUN}
+    steps = []
+    for step_class, run in runs.items():
+        with model, warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            step = step_class(rng=0)
+            idata = pm.sample(step=step, random_seed=6, **SAMPLE, **run)
+        assert idata.posterior.sizes["draw"] == run["draws"]
+        result = agreement(idata, ref, names)
+        assert agrees(result), (step_class.__name__, result)
+        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
+        steps.append(step)
+    return steps
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", AGREEMENT)
 def test_hmcecs_and_pseudo_marginal_mh_defaults_agree_with_nuts(name):
     model = build(name, N)
-    ref = _nuts(model, draws=600, tune=500)
-    names = [rv.name for rv in model.free_RVs]
-    for step_class in (pms.HMCECS, pms.SubsampleMH):
-        with model, warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always")
-            step = step_class(rng=0)
-            assert getattr(step, "test", "pseudo-marginal") == "pseudo-marginal"  # the default test
-            idata = pm.sample(step=step, draws=600, tune=500, random_seed=6, **SAMPLE)
-        result = agreement(idata, ref, names)
-        # ESS ≥ 100 first, so the MCSE tolerance cannot widen without limit
-        assert agrees(result), (step_class.__name__, result)
-        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
+    ref = _nuts(model, **DEFAULT_RUN)
+    _, mh = _both_agree_with(model, ref, [rv.name for rv in model.free_RVs])
+    assert mh.test == "pseudo-marginal"  # SubsampleMH's default test
 
 
 @pytest.mark.slow
@@ -186,15 +199,8 @@ def test_both_samplers_agree_with_nuts_on_the_noncentred_hierarchical_model():
     names = ["mu_a", "tau_a", "a", "b"]
     ess_ref = az.ess(ref, var_names=names)
     assert min(float(ess_ref[v].min()) for v in names) >= 100  # the reference's MCSE enters every z
-    for step_class, sample in ((pms.HMCECS, dict(draws=1000, tune=500)),
-                               (pms.SubsampleMH, dict(draws=800, tune=800))):
-        with model, warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always")
-            idata = pm.sample(step=step_class(rng=0), random_seed=6, **SAMPLE, **sample)
-        assert idata.posterior.sizes["draw"] == sample["draws"]
-        result = agreement(idata, ref, names)
-        assert agrees(result), (step_class.__name__, result)
-        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
+    _both_agree_with(model, ref, names, {pms.HMCECS: dict(draws=1000, tune=500),
+                                         pms.SubsampleMH: dict(draws=800, tune=800)})
 
 
 def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
@@ -307,13 +313,5 @@ def test_both_samplers_agree_with_nuts_on_two_data_sets_of_different_lengths():
     """Two observed variables of 20,000 and 10,000 rows sharing b: their rows stacked on one axis
     of 30,000 (model/stacked.py; rows and gradients in tests/test_stacked.py)."""
     model = _two_data_sets(N)
-    ref = _nuts(model, draws=600, tune=500)
-    for step_class in (pms.HMCECS, pms.SubsampleMH):
-        with model, warnings.catch_warnings(record=True) as record:
-            warnings.simplefilter("always")
-            step = step_class(rng=0)
-            idata = pm.sample(step=step, draws=600, tune=500, random_seed=6, **SAMPLE)
-        assert step.tall.n_rows == N + N // 2
-        result = agreement(idata, ref, ["a", "b", "c", "s"])
-        assert agrees(result), (step_class.__name__, result)
-        assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
+    steps = _both_agree_with(model, _nuts(model, **DEFAULT_RUN), ["a", "b", "c", "s"])
+    assert [step.tall.n_rows for step in steps] == [N + N // 2] * 2
