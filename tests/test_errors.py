@@ -123,3 +123,42 @@ def test_bad_subsample_size_is_reported_before_any_set_up(monkeypatch):
             with pytest.raises(ValueError, match="batch_size must be an integer between 1 and the "
                                                  "number of rows N = 100"):
                 step(batch_size=101)
+
+
+def test_time_series_likelihood_over_all_rows():
+    # a random walk's log-likelihood couples the rows: PyMC returns one scalar for the series
+    with pm.Model() as model:
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.GaussianRandomWalk("y", sigma=sigma, init_dist=pm.Normal.dist(0, 10), observed=np.zeros(50))
+    with pytest.raises(ValueError, match="'y' has a scalar log-likelihood that reduces over the rows"):
+        TallModel(model)
+
+
+def test_rows_along_a_later_axis_are_named():
+    # a design matrix stored (features, N): a gather of rows cannot subsample it (was a PyTensor
+    # broadcasting dump)
+    x = np.random.default_rng(0).normal(size=40)
+    with pm.Model() as model:
+        XT = pm.Data("XT", np.stack([x, x**2]))
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Normal("y", beta @ XT, 1, observed=x)
+    with pytest.raises(ValueError, match=r"not along its first axis \(XT \(2, 40\)\).*shape \(N, features\)"):
+        TallModel(model)
+
+
+def test_length_n_array_computed_in_the_model_is_row_data():
+    # PyMC folds `pt.arange(N)` into a constant of N rows, which is row data; the regression view,
+    # built from the unfolded graph, computes it at length N and must be turned away, not raise
+    # (it raised a SpecifyShape AssertionError at set-up)
+    n = 60
+    rng = np.random.default_rng(1)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("y", b * pt.arange(n) / n, s, observed=0.5 * np.arange(n) / n + rng.normal(size=n))
+    tall = TallModel(model)
+    assert tall.regression_view is None
+    theta = tall.initial_theta + 0.3
+    idx = np.array([59, 3, 31])
+    expected = model.compile_logp(vars=model.observed_RVs, sum=False)(tall.theta_to_point(theta))[0]
+    np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), expected[idx], rtol=1e-12)

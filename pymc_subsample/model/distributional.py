@@ -602,6 +602,8 @@ def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalReg
             if not np.isclose(f_sum - f_center, model_sum - model_center, rtol=rtol,
                               atol=rtol * (1.0 + abs(model_sum))):
                 return None
-    except (ValueError, TypeError, NotImplementedError):  # e.g. f without a second derivative
+    # e.g. f without a second derivative; or η computing a length-N array the model's rows had
+    # folded into row data (``pt.arange(N)``): AssertionError of a SpecifyShape, a ValueError of shapes
+    except (ValueError, TypeError, NotImplementedError, AssertionError, IndexError):
         return None
     return view

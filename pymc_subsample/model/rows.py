@@ -20,7 +20,9 @@ from pytensor.tensor.shape import SpecifyShape, specify_shape
 
 from pymc_subsample.model.streamed import StreamedRows, streamed_variables
 
-__all__ = ["RowLeaf", "find_row_leaves", "find_size_constants", "substitute_rows"]
+__all__ = [
+    "RowLeaf", "find_row_leaves", "find_size_constants", "leaves_with_rows_off_axis", "substitute_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,19 @@ def find_row_leaves(outputs, n_rows: int) -> list[RowLeaf]:
         name = var.name or f"constant_{len(leaves)}"
         leaves.append(RowLeaf(name=name, variable=var))
     return leaves
+
+
+def leaves_with_rows_off_axis(outputs, n_rows: int) -> list[str]:
+    """Names (with shapes) of data in ``outputs``' graph with an axis of length N that is not the first:
+    rows stored as columns, such as a design matrix of shape (features, N), which a gather of
+    rows cannot subsample.
+    """
+    found = []
+    for var in graph_inputs(outputs):
+        value = _leaf_value(var) if getattr(var.type, "ndim", 0) >= 2 else None
+        if value is not None and value.shape[0] != n_rows and n_rows in value.shape[1:]:
+            found.append(f"{var.name or 'a constant'} {tuple(value.shape)}")
+    return found
 
 
 def find_size_constants(outputs, n_rows: int) -> list[Variable]:

@@ -30,6 +30,7 @@ from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
+    leaves_with_rows_off_axis,
     substitute_rows,
 )
 from pymc_subsample.model.stacked import stacked_rows
@@ -480,9 +481,13 @@ class TallModel:
         # of a fresh machine's first run); over two different splits of the rows, so that a
         # reduction over rows cannot cancel out
         total = self.model_loglik_sum
-        together = total(theta, self.gather(idx))
-        alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(k))
-        halves = sum(total(theta, self.gather(part)) for part in (idx[: k // 2], idx[k // 2 :]) if part.size)
+        try:
+            together = total(theta, self.gather(idx))
+            alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(k))
+            halves = sum(total(theta, self.gather(part))
+                         for part in (idx[: k // 2], idx[k // 2 :]) if part.size)
+        except (ValueError, AssertionError, IndexError) as err:  # shapes of N met shapes of k rows
+            raise ValueError(self._rows_not_on_first_axis_message(err)) from err
         if not np.allclose([together, halves], alone, rtol=1e-8, atol=1e-8, equal_nan=True):
             raise ValueError(
                 "The log-likelihood of one row depends on other rows: some observed value or "
@@ -490,6 +495,19 @@ class TallModel:
                 "Precompute such summaries as constants outside the model, or reshape the data so "
                 "that each row is one independent observation."
             )
+
+
+    def _rows_not_on_first_axis_message(self, err) -> str:
+        off_axis = leaves_with_rows_off_axis([self._loglik_rows], self.n_rows)
+        which = f" ({', '.join(off_axis)})" if off_axis else ""
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return (
+            f"The log-likelihood cannot be computed on a subset of the N = {self.n_rows} rows "
+            f"({first_line}): some array of the model has one entry per observation but not along its "
+            f"first axis{which}. Store every such array with the observations on its first axis, "
+            "e.g. pm.Data('X', X) with X of shape (N, features) and `X @ beta` rather than "
+            "`beta @ X.T`."
+        )
 
 
 def as_tall_model(model=None, vars=None) -> TallModel:
