@@ -55,14 +55,24 @@ def test_stacked_rows_equal_each_data_sets_own_rows_and_the_estimator_gradient_d
     np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), full[idx], rtol=0, atol=1e-10)
     total, grad = tall.loglik_sum_value_and_grad(theta, tall.row_slice(0, N1 + N2))
     assert total == pytest.approx(full.sum(), rel=1e-12)
-    target = SubsampledTarget(tall, find_center(tall))
+    center = find_center(tall)
     batch = tall.gather(idx[:60])
-    value, grad, _ = target.perturbed(theta, batch)
-    for j in range(tall.ndim):
-        e = np.zeros(tall.ndim)
-        e[j] = 1e-5
-        fd = (target.perturbed(theta + e, batch)[0] - target.perturbed(theta - e, batch)[0]) / 2e-5
-        assert grad[j] == pytest.approx(fd, rel=1e-4, abs=1e-4), (j, grad[j], fd)
+    values = []
+    # the differences written in each data set's η (the regression view, each row's f switched by
+    # its data set's mask) and the generic graph through the model's rows: one estimate
+    for glm in ("auto", False):
+        target = SubsampledTarget(tall, center, glm=glm)
+        assert (target.glm is not None) == (glm == "auto")
+        value, grad, _ = target.perturbed(theta, batch)
+        values.append(value)
+        for j in range(tall.ndim):
+            e = np.zeros(tall.ndim)
+            e[j] = 1e-5
+            fd = (target.perturbed(theta + e, batch)[0] - target.perturbed(theta - e, batch)[0]) / 2e-5
+            assert grad[j] == pytest.approx(fd, rel=1e-4, abs=1e-4), (glm, j, grad[j], fd)
+    assert values[0] == pytest.approx(values[1], rel=1e-10)
+    assert target.proxy.sum_value_and_grad(theta)[0] == pytest.approx(
+        SubsampledTarget(tall, center).proxy.sum_value_and_grad(theta)[0], rel=1e-10)
 
 
 def test_rows_streamed_from_disk_are_not_stacked(tmp_path):

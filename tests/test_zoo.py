@@ -8,7 +8,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from pytensor.tensor.blockwise import Blockwise
-from zoo import ZOO, agreement, agrees, build, hierarchical_noncentred
+from zoo import ZOO, agreement, agrees, build, hierarchical_noncentred, two_data_sets
 
 import pymc_subsample as pms
 from pymc_subsample import TallModel
@@ -294,24 +294,10 @@ def test_adapted_mh_proposal_keeps_a_scale_the_user_fixed():
     np.testing.assert_allclose(idata.sample_stats["scale"].values, 0.3)
 
 
-def _two_data_sets(n, seed=0):
-    """A Normal regression on n rows and a Poisson one on n // 2 other rows, sharing the slope b."""
-    rng = np.random.default_rng(seed)
-    x1, x2 = rng.normal(size=n), rng.normal(size=n // 2)
-    y1 = 1.0 + 0.5 * x1 + rng.normal(size=n)
-    y2 = rng.poisson(np.exp(0.3 + 0.5 * x2))
-    with pm.Model() as model:
-        a, b, c = (pm.Normal(name, 0, 2) for name in "abc")
-        s = pm.HalfNormal("s", 2)
-        pm.Normal("y1", a + b * pm.Data("x1", x1), s, observed=pm.Data("y1_data", y1))
-        pm.Poisson("y2", pm.math.exp(c + b * pm.Data("x2", x2)), observed=pm.Data("y2_data", y2))
-    return model
-
-
 @pytest.mark.slow
 def test_both_samplers_agree_with_nuts_on_two_data_sets_of_different_lengths():
     """Two observed variables of 20,000 and 10,000 rows sharing b: their rows stacked on one axis
     of 30,000 (model/stacked.py; rows and gradients in tests/test_stacked.py)."""
-    model = _two_data_sets(N)
+    model = two_data_sets(N)
     steps = _both_agree_with(model, _nuts(model, **DEFAULT_RUN), ["a", "b", "c", "s"])
     assert [step.tall.n_rows for step in steps] == [N + N // 2] * 2

@@ -164,7 +164,9 @@ class DistributionalRegression:
         self.tall = tall
         # η affine in θ (None), or in the row-free values φ(θ) its graph reads (RowFreeParameters)
         self.phi = phi
-        self._terms = terms  # (random variable op, parameters: η index or constant graph, y)
+        # (random variable op, parameters: η index or constant graph, y, the rows it holds on: a
+        # mask where data sets of different lengths are stacked, else None)
+        self._terms = terms
         self.eta_rows = eta_rows
         self.links = links
         # η in NumPy from the parameters' graphs of the link check, compiled with C on first use
@@ -184,17 +186,19 @@ class DistributionalRegression:
     def loglik_graph(self, etas):
         """Σ_o f_o(y_ok, η_k) per row: the observed variables' own logp in link⁻¹(``etas``)."""
         total = 0
-        for op, params, observed in self._terms:
+        for op, params, observed, own_rows in self._terms:
             links = tuple(self.links[p] if isinstance(p, int) else None for p in params)
             args = [etas[p] if isinstance(p, int) else p for p in params]
             closed_form = _CLOSED_FORMS.get((type(op), links))
             if closed_form is not None:
                 # η and y in float64; constants as the model has them (_normal_known_sigma)
                 args = [pt.cast(a, "float64") if isinstance(p, int) else a for p, a in zip(params, args)]
-                total = total + closed_form(pt.cast(observed, "float64"), *args)
-                continue
-            values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args)]
-            total = total + _without_parameter_checks(pm.logp(op(*values), observed))
+                term = closed_form(pt.cast(observed, "float64"), *args)
+            else:
+                values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args)]
+                term = _without_parameter_checks(pm.logp(op(*values), observed))
+            # stacked data sets: a row holds one observed variable's density, as in the model's rows
+            total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
 
     def derivative_graphs(self, etas):
@@ -471,25 +475,32 @@ def distributional_regression(tall) -> DistributionalRegression:
     model = tall.model
     free = set(model.free_RVs)
     terms, candidates = [], []  # candidates: (graph, links to try, written through) per free parameter
+    masks = []  # where data sets of different lengths are stacked, each observed variable's rows
     for rv in model.observed_RVs:
         if not _univariate_rows(rv):
             raise ValueError(f"{rv.name!r} is not a univariate distribution over the rows")
+        stacked = None if tall.data_sets is None else tall.data_sets[rv.name]
+        own = (lambda graph: graph) if stacked is None else stacked.over_stacked_rows
         params = []
         for param in rv.owner.op.dist_params(rv.owner):
             if free.isdisjoint(ancestors([param])):
-                params.append(param)  # data or a constant: kept as it is
+                params.append(own(param))  # data or a constant: kept as it is
             else:
                 params.append(len(candidates))
-                candidates.append(_strip_link(model.replace_rvs_by_values([param])[0]))
-        terms.append((rv.owner.op, params, model.rvs_to_values[rv]))
+                candidates.append(_strip_link(own(model.replace_rvs_by_values([param])[0])))
+        terms.append((rv.owner.op, params, own(model.rvs_to_values[rv])))
+        if stacked is not None:
+            masks.append(stacked.mask)
     constants = [p for _, params, _ in terms for p in params if not isinstance(p, int)]
-    graphs = tall.batch_graph([g for g, *_ in candidates] + constants + [y for *_, y in terms])
-    n_free, n_const = len(candidates), len(constants)
+    graphs = tall.batch_graph([g for g, *_ in candidates] + constants + masks + [y for *_, y in terms])
+    n_free, n_const, n_masks = len(candidates), len(constants), len(masks)
     rows = graphs[-1].shape  # every observed variable has the rows' length
     raw = [pt.broadcast_to(g, rows) for g in graphs[:n_free]]
     constant_rows = iter(graphs[n_free: n_free + n_const])
-    terms = [(op, [p if isinstance(p, int) else next(constant_rows) for p in params], y)
-             for (op, params, _), y in zip(terms, graphs[n_free + n_const:])]
+    mask_rows = graphs[n_free + n_const: n_free + n_const + n_masks] or [None] * len(terms)
+    terms = [(op, [p if isinstance(p, int) else next(constant_rows) for p in params], y, mask)
+             for (op, params, _), y, mask in zip(terms, graphs[n_free + n_const + n_masks:], mask_rows,
+                                                 strict=True)]
     # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
     # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
     fn = compile_python([tall.theta, *tall.batch_inputs], raw)

@@ -20,38 +20,63 @@ length) becomes N, so that it follows the stacked rows as it follows a single da
 padded copies are taken when the step is built: a later ``pm.set_data`` reaches them through a new
 step (as it must anyway, since N changes with it). Rows streamed from disk (``pms.Data``) are not
 stacked: an error says so.
+
+Each data set's :class:`DataSetRows` keeps its replacements and mask, so that the view of the
+model as a distributional regression (:mod:`~pymc_subsample.model.distributional`) reads every
+observed variable's parameters over the same stacked rows and switches each row's f by the same
+mask: a stacked model of regressions takes the η path.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.tensor.variable import TensorVariable
 
 from pymc_subsample.model.rows import find_row_leaves, find_size_constants
 
-__all__ = ["stacked_rows"]
+__all__ = ["DataSetRows", "stacked_rows"]
+
+
+@dataclass(frozen=True)
+class DataSetRows:
+    """One observed variable's place on the stacked axis."""
+
+    start: int
+    stop: int
+    #: its row leaves and sizes → their padded, stacked versions (the tall model's leaves)
+    replacements: dict
+    #: boolean constant of N rows, True on [start, stop): a row leaf that batches gather
+    mask: TensorVariable
+
+    def over_stacked_rows(self, graph):
+        """``graph`` (of this data set's rows, e.g. a parameter of its observed variable) over the
+        stacked rows: its data padded as its log-density's are, so that a batch gathers it alike.
+        """
+        # rebuilt, not replaced: the data's static length (numpy data has one) changes with it
+        return pytensor.clone_replace(graph, self.replacements, rebuild_strict=False)
 
 
 def stacked_rows(names, terms, lengths):
-    """(ℓ over the stacked rows, a graph of length Σ lengths; the row ranges [start, stop) of each
-    name), from each observed variable's per-row log-density ``terms[j]`` over its ``lengths[j]``
-    rows.
+    """(ℓ over the stacked rows, a graph of length Σ lengths; each name's :class:`DataSetRows`),
+    from each observed variable's per-row log-density ``terms[j]`` over its ``lengths[j]`` rows.
     """
     total_rows = int(sum(lengths))
-    ranges, start, stacked = {}, 0, None
+    data_sets, start, stacked = {}, 0, None
     for name, term, n_rows in zip(names, terms, lengths, strict=True):
-        ranges[name] = (start, start + n_rows)
-        # rebuilt, not replaced: the data's static length (numpy data has one) changes with it
-        padded = pytensor.clone_replace(term, _padded_leaves(name, term, n_rows, start, total_rows),
-                                        rebuild_strict=False)
         mask = np.zeros(total_rows, dtype=bool)
         mask[start : start + n_rows] = True
-        own = pt.switch(pt.constant(mask, name=f"{name}_rows_mask"), padded, 0.0)
+        rows = DataSetRows(start, start + n_rows, _padded_leaves(name, term, n_rows, start, total_rows),
+                           pt.constant(mask, name=f"{name}_rows_mask"))
+        own = pt.switch(rows.mask, rows.over_stacked_rows(term), 0.0)
         stacked = own if stacked is None else stacked + own
+        data_sets[name] = rows
         start += n_rows
-    return stacked, ranges
+    return stacked, data_sets
 
 
 def _padded_leaves(name, term, n_rows, start, total_rows):

@@ -72,6 +72,9 @@ class TallModel:
         of their lengths where they differ (their rows stacked, :mod:`~pymc_subsample.model.stacked`).
     data_set_rows : dict or None
         Where the lengths differ, each observed variable's rows [start, stop) on that axis.
+    data_sets : dict or None
+        Where the lengths differ, each observed variable's
+        :class:`~pymc_subsample.model.stacked.DataSetRows` (its padded data and row mask).
     ndim : int
         d, the length of the unconstrained parameter vector.
     leaves : list of RowLeaf
@@ -89,7 +92,9 @@ class TallModel:
         self.initial_point = self.model.initial_point()
         for n_rows in set(lengths.values()):
             _check_no_row_sized_free_variables(self.model, self.initial_point, n_rows)
-        loglik_rows, self.data_set_rows = _loglik_rows_graph(self.model, lengths)
+        loglik_rows, self.data_sets = _loglik_rows_graph(self.model, lengths)
+        self.data_set_rows = None if self.data_sets is None else {
+            name: (rows.start, rows.stop) for name, rows in self.data_sets.items()}
         prior = self.model.logp(vars=self.model.free_RVs + self.model.potentials, jacobian=True)
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
@@ -392,9 +397,7 @@ class TallModel:
     def _candidate_view(self):
         """The distributional-regression view before its f is checked against the rows, or None."""
         if not self._affine_view_found:
-            # stacked data sets: each row's density is a switch between the data sets' (one family
-            # and one set of parameters per model is what the view reads from the observed variables)
-            self._affine_view = affine_view(self) if self.data_set_rows is None else None
+            self._affine_view = affine_view(self)
             self._affine_view_found = True
         return self._affine_view
 
@@ -646,9 +649,9 @@ def _loglik_rows_graph(model, lengths):
             )
         rows.append(pt.sum(term, axis=tuple(range(1, term.ndim))) if term.ndim > 1 else term)
     names = [rv.name for rv in model.observed_RVs]
-    data_set_rows = None
+    data_sets = None
     if len(set(lengths.values())) > 1:
-        total, data_set_rows = stacked_rows(names, rows, [lengths[name] for name in names])
+        total, data_sets = stacked_rows(names, rows, [lengths[name] for name in names])
     else:
         total = rows[0]
         for r in rows[1:]:
@@ -657,7 +660,7 @@ def _loglik_rows_graph(model, lengths):
     # log-determinant's diagonal are graphs run in Python, and so are its solves (model/triangular.py)
     total = factors_from_triangular_products(total, model.value_vars)
     total = small_triangular_solves(total, model.value_vars)
-    return diagonals_by_indexing(total, model.value_vars), data_set_rows
+    return diagonals_by_indexing(total, model.value_vars), data_sets
 
 
 def _check_finite(leaves):
