@@ -16,6 +16,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
+from pymc.logprob.utils import ParameterValueError
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import applys_between
@@ -489,6 +490,8 @@ class TallModel:
             alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(k))
             halves = sum(total(theta, self.gather(part))
                          for part in (idx[: k // 2], idx[k // 2 :]) if part.size)
+        except ParameterValueError:  # the model's own check (e.g. a scale that can be negative): its message
+            raise
         except (ValueError, AssertionError, IndexError) as err:  # shapes of N met shapes of k rows
             raise ValueError(self._rows_not_on_first_axis_message(err)) from err
         if not np.allclose([together, halves], alone, rtol=1e-8, atol=1e-8, equal_nan=True):
