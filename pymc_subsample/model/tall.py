@@ -94,8 +94,6 @@ class TallModel:
         for n_rows in set(lengths.values()):
             _check_no_row_sized_free_variables(self.model, self.initial_point, n_rows)
         loglik_rows, self.data_sets = _loglik_rows_graph(self.model, lengths)
-        self.data_set_rows = None if self.data_sets is None else {
-            name: (rows.start, rows.stop) for name, rows in self.data_sets.items()}
         prior = self.model.logp(vars=self.model.free_RVs + self.model.potentials, jacobian=True)
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
@@ -124,6 +122,13 @@ class TallModel:
         self._rows_directional = None
         self._build_row_graphs()
         self._check_rows_independent()
+
+    @property
+    def data_set_rows(self) -> dict | None:
+        """Where the observed variables' lengths differ, each one's rows [start, stop) on the axis."""
+        if self.data_sets is None:
+            return None
+        return {name: (rows.start, rows.stop) for name, rows in self.data_sets.items()}
 
     def __getstate__(self):
         # shipped to Dask workers for full passes: never the client itself
@@ -502,7 +507,6 @@ class TallModel:
                 "that each row is one independent observation."
             )
 
-
     def _rows_not_on_first_axis_message(self, err) -> str:
         off_axis = leaves_with_rows_off_axis([self._loglik_rows], self.n_rows)
         which = f" ({', '.join(off_axis)})" if off_axis else ""
@@ -639,8 +643,8 @@ def _check_no_row_sized_free_variables(model, point, n_rows):
 
 
 def _loglik_rows_graph(model, lengths):
-    """(ℓ_k over the N rows, as one graph; where the observed variables' lengths differ, the row
-    range [start, stop) of each on the stacked axis (:mod:`~pymc_subsample.model.stacked`), else None).
+    """(ℓ_k over the N rows, as one graph; where the observed variables' lengths differ, each one's
+    :class:`~pymc_subsample.model.stacked.DataSetRows` on the stacked axis, else None).
     """
     terms = model.logp(vars=model.observed_RVs, sum=False)
     rows = []
