@@ -9,6 +9,7 @@ import pymc as pm
 from scipy import optimize
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
+from pymc_subsample.model.distributional import JACOBIAN_GRADIENT_MAX_D
 from pymc_subsample.model.tall import as_tall_model
 
 __all__ = ["find_map", "find_map_theta"]
@@ -74,11 +75,11 @@ def _newton_polish(tall, theta, rows, scale, chunk_size, steps=2):
     return theta
 
 
-def _newton_step(tall, theta, grad, loglik_hessian):
+def _newton_step(tall, theta, grad, loglik_hessian, prior_hessian=None):
     """(H⁻¹g with H = ∇²log p(θ) + ``loglik_hessian``, the Newton decrement √(gᵀ(−H)⁻¹g)), or
     (None, None) where H is not negative definite.
     """
-    hess = tall.prior_hessian(theta) + loglik_hessian
+    hess = (tall.prior_hessian(theta) if prior_hessian is None else prior_hessian) + loglik_hessian
     try:
         np.linalg.cholesky(-hess)
     except np.linalg.LinAlgError:
@@ -102,14 +103,17 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     each; the subset's Hessian costs one chunk) bring it within :data:`CENTER_TOLERANCE` posterior
     sds, where full-data L-BFGS would need 15-25 passes: each step shrinks the distance by about
     the subset Hessian's relative error (measured at N = 10⁶, d = 30: one step left the centre
-    0.8 sds from the mode, the steps to the tolerance 0.004 sds). An exact Newton step (the
-    chunked full-data Hessian, a pass of Jacobians that costs as much as the proxy's own) took
-    0.7 s of that 2.2 s set-up. Where the rows are affine in a row-free φ(θ) (a non-centred
-    hierarchical model, whose log posterior is not concave in θ), the steps are taken in φ instead
-    (:func:`_expansion_steps`), with B over all rows where the subset has fewer than
-    :data:`MIN_ROWS_PER_GROUP` rows per group. If the steps do not improve the log posterior, an exact Newton
-    step, then full-data L-BFGS, take over; where a Hessian on the way was not negative definite,
-    L-BFGS from the best point seen, at once.
+    0.8 sds from the mode, the steps to the tolerance 0.004 sds). Where a pass with the full-data
+    Hessian costs about a gradient pass (:func:`hessian_passes_are_cheap`: the GLMs of ≤ 8
+    parameters on the η path), the steps are exact Newton steps corrected to third order by the
+    subset (:func:`_third_order_correction`): two passes, the second at the centre and the proxy's
+    own (:func:`~pymc_subsample.model.chunks.remembered_passes`), where three were made before.
+    Where the rows are affine in a row-free φ(θ) (a non-centred hierarchical model, whose log
+    posterior is not concave in θ), the steps are taken in φ instead (:func:`_expansion_steps`),
+    with B over all rows, corrected by the subset likewise where it has at least
+    :data:`MIN_ROWS_PER_GROUP` rows per group. If the steps do not improve the log posterior, an
+    exact Newton step, then full-data L-BFGS, take over; where a Hessian on the way was not
+    negative definite, L-BFGS from the best point seen, at once.
     """
     if tall.n_rows <= 2 * warm_rows:
         theta, _ = find_map_theta(tall, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
@@ -119,14 +123,17 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     view = tall.regression_view if tall.uses_eta_sums() else None
     if view is not None and view.phi is not None:
         coordinates = PhiCoordinates(tall, view, chunk_size)
-        # a group's curvature comes from its own rows alone: with few of them in the subset (1,000
-        # groups, 20 each) B's error is large per group, and the steps crept (−62,272 → −61,988 →
-        # −61,974 → −61,948 against the mode's −61,888) until one overshot; B over all rows then
-        curvature_rows = rows if coordinates.rows_per_group(rows) >= MIN_ROWS_PER_GROUP else None
-        theta, start = _expansion_steps(tall, coordinates, start, curvature_rows, chunk_size)
+        # B over all rows (a pass with it: 1.4 gradient passes in φ); the subset corrects each step
+        # to third order where it has enough rows of every group (1,000 groups, 20 each: B's error
+        # is large per group, and the steps crept (−62,272 → −61,988 → −61,974 → −61,948 against
+        # the mode's −61,888) until one overshot, when the subset's B was the curvature)
+        enough = coordinates.rows_per_group(rows) >= MIN_ROWS_PER_GROUP
+        theta, start = _expansion_steps(tall, coordinates, start, None, chunk_size,
+                                        correction_rows=rows if enough else None)
         if theta is not None:
             return theta
-    theta, start_value, best, concave = _subset_newton_steps(tall, start, rows, chunk_size)
+    theta, start_value, best, concave = _subset_newton_steps(tall, start, rows, chunk_size,
+                                                             exact=hessian_passes_are_cheap(tall))
     if theta is not None:
         return theta
     if concave:
@@ -204,7 +211,7 @@ class PhiCoordinates:
         return len(rows) / max(sizes) if sizes else np.inf
 
 
-def _expansion_steps(tall, coordinates, start, rows, chunk_size, max_steps=10):
+def _expansion_steps(tall, coordinates, start, rows, chunk_size, correction_rows=None, max_steps=10):
     """Maximise the log posterior with the log-likelihood replaced by its second-order expansion in
     φ = ``coordinates.value(θ)`` at the current point θ_j, log p(θ) + Σ_k ℓ_k + Aᵀ Δφ + ½ Δφᵀ B Δφ
     (Δφ = φ(θ) − φ(θ_j); A the full-data gradient in φ, one pass; B from ``rows`` scaled by N/n, or
@@ -220,8 +227,11 @@ def _expansion_steps(tall, coordinates, start, rows, chunk_size, max_steps=10):
     non-concave part exact (φ's own non-linearity, the prior) and is second order in the rows' η
     only, so each step contracts the distance to the mode by about the subset B's relative error,
     as the Newton steps in θ do for a concave model; the optimiser's many evaluations cost no rows.
-    B over all rows would converge in fewer steps, but a pass with B costs 2.5 gradient passes in φ
-    (non-centred, r = 21). At 10⁶ rows: 3 gradient passes in φ, 0.45 s for the centre against 0.65 s.
+    With B over all rows (``rows`` None: a pass with B costs 1.4 gradient passes in φ on the
+    non-centred model, r = 21, since the ninth session's matrix products) each step is exact to
+    second order in η, and with ``correction_rows`` it is corrected to third order
+    (:func:`_corrected_sums`): at 10⁶ rows 2 passes with B (33 → 0.018 sds), the second the proxy's,
+    against 3 gradient passes with the subset's B and the proxy's pass (0.45 s for the centre).
 
     Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode as the expansion predicts
     it, or None where a step lowered the log posterior or the steps did not converge; the best θ
@@ -243,18 +253,51 @@ def _expansion_steps(tall, coordinates, start, rows, chunk_size, max_steps=10):
             quadratic = (tall.n_rows / len(rows)) * coordinates.curvature(theta, rows)
         if not _concave(quadratic):  # the expansion would have no maximum: not the rows' own shape
             return None, best
-        expansion = (tall, coordinates, coordinates.value(theta), linear, _trust_region(linear, quadratic))
-        result = optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
-                                   options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
+        result = _expansion_maximum(tall, coordinates, theta, linear, quadratic)
         distance = np.sqrt(2.0 * max(-result.fun - float(prior), 0.0))
         if distance < CENTER_TOLERANCE:
             return theta, best
+        if rows is None and correction_rows is not None:
+            # exact B: the expansion's error is third order in η; the subset estimates how A and B
+            # change along the step, and the expansion at the new point is maximised with them
+            # (:func:`_corrected_sums`): the next pass confirms that point, and serves the proxy
+            linear, quadratic = _corrected_sums(tall, coordinates, theta, result.x, linear, quadratic,
+                                                correction_rows)
+            if _concave(quadratic):
+                theta = _expansion_maximum(tall, coordinates, result.x, linear, quadratic).x
+                continue
         # the distance contracts by a steady factor (as in _subset_newton_steps): when the next is
         # predicted at half the tolerance, take the step without the pass that would only confirm it
         if last_distance is not None and distance * (distance / last_distance) < 0.5 * CENTER_TOLERANCE:
             return result.x, best
         last_distance, theta = distance, result.x
     return None, best
+
+
+def _expansion_maximum(tall, coordinates, theta, linear, quadratic):
+    """The maximum of the expansion at θ with gradient ``linear`` and curvature ``quadratic`` in φ
+    (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value).
+    """
+    expansion = (tall, coordinates, coordinates.value(theta), linear, _trust_region(linear, quadratic))
+    return optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
+                             options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
+
+
+def _corrected_sums(tall, coordinates, theta, new_theta, linear, quadratic, rows):
+    """Full-data A and B at ``new_theta`` predicted from their exact values at θ and the change of
+    the subset ``rows``' own (scaled by N/n) beyond the expansion: A' = A + BΔφ + (N/n)(A_s' − A_s −
+    B_sΔφ), B' = B + (N/n)(B_s' − B_s). The subset estimates only the third-order change, so its
+    relative error multiplies the distance left after an exact step (non-centred zoo model at 10⁶
+    rows: 33 → 0.59 sds after one step, → within the tolerance after the corrected one: 2 full
+    passes where the step without the correction needed a third, the proxy's).
+    """
+    scale = tall.n_rows / len(rows)
+    delta = coordinates.value(new_theta) - coordinates.value(theta)
+    _, subset_linear, subset_quadratic = coordinates.full_pass(theta, rows)
+    _, new_subset_linear, new_subset_quadratic = coordinates.full_pass(new_theta, rows)
+    third_order = new_subset_linear - subset_linear - subset_quadratic @ delta
+    new_linear = linear + quadratic @ delta + scale * third_order
+    return new_linear, quadratic + scale * (new_subset_quadratic - subset_quadratic)
 
 
 #: the largest step along one coordinate of φ (a group effect: η's own scale) that an expansion is
@@ -299,8 +342,25 @@ def _negative_expansion(theta, tall, coordinates, expansion_point, linear, quadr
     return -objective, -(prior_grad + coordinates.vjp(theta, linear + curved))
 
 
-def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
-    """Newton steps with the full-data gradient and the N/n-scaled Hessian of ``rows``.
+def hessian_passes_are_cheap(tall) -> bool:
+    """Whether a full pass that sums the rows' Hessians costs about what a gradient pass does, so
+    that the centre's Newton steps take the exact Hessian in the pass they make anyway.
+
+    A distributional regression of at most :data:`JACOBIAN_GRADIENT_MAX_D` parameters reads both from
+    the same row terms and η's Jacobian (10⁶ rows: 1.03-1.45 gradient passes on the zoo's GLMs). An
+    exact step from the subset MAP (~√(N/n) posterior sds from the mode) lands within the tolerance,
+    where the subset's Hessian contracts the distance only by its relative error; and the pass at
+    the centre is then the proxy's own (:func:`~pymc_subsample.model.chunks.remembered_passes`).
+    Elsewhere a Hessian pass is d Hessian-vector products, or O(m d²) products of η's Jacobian
+    (a centred hierarchical model, d = 24: 4.5 gradient passes).
+    """
+    return tall.uses_eta_sums() and tall.ndim <= JACOBIAN_GRADIENT_MAX_D
+
+
+def _subset_newton_steps(tall, start, rows, chunk_size, exact=False, max_steps=6):
+    """Newton steps with the full-data gradient and the N/n-scaled Hessian of ``rows``, or, where
+    ``exact`` (:func:`hessian_passes_are_cheap`), with the full-data Hessian from the same pass and
+    each step corrected to third order from ``rows`` (:func:`_third_order_correction`).
 
     Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode, or None where the steps
     fail: a step that lowers the log posterior, a Hessian that is not negative definite, no
@@ -308,22 +368,34 @@ def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
     negative definite). The distance is the Newton decrement √(gᵀ(−H)⁻¹g), in posterior sds.
     """
     theta, best, best_value, start_value, last_decrement = start, start, -np.inf, None, None
+    scale = tall.n_rows / len(rows)
     for _ in range(max_steps):
         prior, dlp = tall.prior_value_and_grad(theta, setup=True)
-        loglik, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
+        if exact:  # the full-data Hessian in the same pass
+            loglik, dll, hll = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta,
+                                           chunk_size=chunk_size)
+        else:
+            loglik, dll = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, chunk_size=chunk_size)
         value = float(prior) + float(loglik)
         value = value if np.isfinite(value) else -np.inf
         start_value = value if start_value is None else start_value
         if value < best_value:
             return None, start_value, best, True
         best, best_value = theta, value
-        _, _, hll = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,
-                                chunk_size=chunk_size)
-        step, decrement = _newton_step(tall, theta, dlp + dll, (tall.n_rows / len(rows)) * hll)
+        if not exact:
+            _, _, hll = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,
+                                    chunk_size=chunk_size)
+            hll = scale * hll
+        prior_hessian = tall.prior_hessian(theta)
+        step, decrement = _newton_step(tall, theta, dlp + dll, hll, prior_hessian)
         if step is None:
             return None, start_value, best, False
         if decrement < CENTER_TOLERANCE:
             return theta, start_value, best, True
+        if exact:
+            theta = _third_order_correction(tall, theta, step, prior_hessian + hll, prior_hessian, rows,
+                                            chunk_size)
+            continue
         # the steps contract the decrement by a steady factor (the subset Hessian's relative error:
         # 18 → 0.41 → 0.009 on logistic at 10⁶ rows); when the next is predicted at half the
         # tolerance, take the step without the gradient pass that would only confirm it
@@ -332,6 +404,34 @@ def _subset_newton_steps(tall, start, rows, chunk_size, max_steps=6):
         last_decrement = decrement
         theta = theta - step
     return None, start_value, best, True
+
+
+def _third_order_correction(tall, theta, step, hessian, prior_hessian, rows, chunk_size):
+    """θ − ``step`` (an exact Newton step), corrected by how the log posterior's gradient there
+    departs from the quadratic model at θ, as the subset ``rows`` (scaled by N/n) and the exact
+    prior estimate it: r = ∇log p̃(θ − s) − ∇log p̃(θ) + H̃(θ) s ≈ ½ T[s, s], and the corrected point
+    is θ − s − H(θ)⁻¹ r (a Chebyshev step, third order where Newton's is second).
+
+    Why: from the subset MAP (~√(N/n) posterior sds from the mode: a decrement of 17-18 on the zoo's
+    GLMs at 10⁶ rows) one exact step leaves 0.12-0.17 sds, above :data:`CENTER_TOLERANCE`, so a
+    third full pass was made; the correction costs three small passes over the subset, and the
+    pass that then confirms the centre is also the proxy's. The subset needs only estimate r, a
+    second-order term, so its relative error (~2% at 20,000 rows) enters the distance as a product
+    with 0.17. A correction larger than half the step is not trusted: θ − s is returned.
+    """
+    scale = tall.n_rows / len(rows)
+    new = theta - step
+    _, grad, subset_hessian = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,
+                                          chunk_size=chunk_size)
+    _, new_grad = chunked_sum(tall, tall.loglik_sum_value_and_grad, new, rows=rows, chunk_size=chunk_size)
+    _, prior_grad = tall.prior_value_and_grad(theta, setup=True)
+    _, new_prior_grad = tall.prior_value_and_grad(new, setup=True)
+    residual = (new_prior_grad + scale * new_grad) - (prior_grad + scale * grad) \
+        + (prior_hessian + scale * subset_hessian) @ step
+    correction = np.linalg.solve(hessian, residual)
+    if -(correction @ hessian @ correction) > -0.25 * (step @ hessian @ step):
+        return new
+    return new - correction
 
 
 def _log_posterior(tall, theta, chunk_size):

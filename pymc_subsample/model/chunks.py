@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "resolve_client"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "remembered_passes", "resolve_client"]
 
 DEFAULT_CHUNK_SIZE = 20_000
 #: seconds a pass on a Dask cluster may take before ``TimeoutError`` (None: no limit). A test sets it:
@@ -40,13 +40,46 @@ def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
+    memo = tall.pass_memo if rows is None else None
+    key = (fn, chunk_size, np.asarray(theta, dtype=float).tobytes())
+    if memo is not None and key in memo:
+        return tuple(np.array(part, copy=True) for part in memo[key])  # the caller's own arrays
     n = tall.n_rows if rows is None else len(rows)
     ranges = [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
     client = resolve_client(tall) if rows is None else None
     if rows is None:
         tall.full_passes += 1
     if client is not None and len(ranges) > 1:
-        return _distributed_sum(client, tall, fn, theta, ranges)
+        total = _distributed_sum(client, tall, fn, theta, ranges)
+    else:
+        total = _local_sum(tall, fn, theta, rows, ranges)
+    if memo is not None:
+        memo[key] = tuple(np.array(part, copy=True) for part in total)
+    return total
+
+
+@contextmanager
+def remembered_passes(tall):
+    """Within the block, a full pass of the same ``fn`` at the same θ (and chunk size) is made once.
+
+    The set-up's centre ends at a point where it has just made the pass that the control variates'
+    sums need (:func:`~pymc_subsample.control_variates.center.find_center`, then the proxy): the
+    same function over the same chunks, so the proxy takes that pass's sums instead of a second
+    pass over the N rows (one pass of three in a warm set-up of the zoo's GLMs). Nothing is kept
+    after the block, so data changed later (``pm.set_data``) is never answered from it; nested
+    blocks share the outermost one's memo.
+    """
+    if tall.pass_memo is not None:
+        yield
+        return
+    tall.pass_memo = {}
+    try:
+        yield
+    finally:
+        tall.pass_memo = None
+
+
+def _local_sum(tall, fn, theta, rows, ranges):
     total = None
     with _progress(tall, len(ranges) if rows is None else 0) as advance:
         for start, stop in ranges:

@@ -87,6 +87,7 @@ class TallModel:
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
+        self.pass_memo = None  # full passes' sums by (fn, chunk size, θ) while set-up remembers them
         lengths = observation_lengths(self.model)
         self.n_rows = _axis_length(lengths)
         self.value_vars = _check_value_vars(self.model, vars)

@@ -23,7 +23,7 @@ from pymc_subsample.control_variates.taylor import check_proxy_order
 from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
 from pymc_subsample.model.compile import set_up_without_overheads
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
@@ -113,10 +113,11 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         self.tall = TallModel(model, vars)
         self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
-        self.target = SubsampledTarget(
-            self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size,
-            glm="auto" if self.row_free_proxy else "affine",
-        )
+        with remembered_passes(self.tall):  # the centre's last pass serves the proxy's sums
+            self.target = SubsampledTarget(
+                self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size,
+                glm="auto" if self.row_free_proxy else "affine",
+            )
         self.proxy = self.target.proxy
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)
