@@ -414,7 +414,7 @@ def _third_order_correction(tall, theta, step, hessian, prior_hessian, rows, chu
 
     Why: from the subset MAP (~√(N/n) posterior sds from the mode: a decrement of 17-18 on the zoo's
     GLMs at 10⁶ rows) one exact step leaves 0.12-0.17 sds, above :data:`CENTER_TOLERANCE`, so a
-    third full pass was made; the correction costs three small passes over the subset, and the
+    third full pass was made; the correction costs two small passes over the subset, and the
     pass that then confirms the centre is also the proxy's. The subset needs only estimate r, a
     second-order term, so its relative error (~2% at 20,000 rows) enters the distance as a product
     with 0.17. A correction larger than half the step is not trusted: θ − s is returned.
