@@ -182,7 +182,8 @@ def test_centre_where_the_prior_is_not_concave_by_expansions_in_theta(monkeypatc
     import pymc_subsample.control_variates.center as center
 
     tall = pms.TallModel(build("hierarchical_centred", 50_000))
-    monkeypatch.setattr(center, "_subset_newton_steps", lambda tall, start, *a, **k: (None, -np.inf, start, False))
+    monkeypatch.setattr(center, "_subset_newton_steps",
+                        lambda tall, start, *a, **k: (None, -np.inf, start, False))
     # ≤ 4 passes: the subset-Newton steps' own count here (5,000 of 50,000 rows)
     _assert_centre_by_expansions(tall, monkeypatch, warm_rows=5000, max_passes=4)
 
