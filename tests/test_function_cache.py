@@ -12,7 +12,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 import pymc_subsample as pms
 import pymc_subsample.model.function_cache as function_cache
-from pymc_subsample.model.compile import compile_function, compile_python
+from pymc_subsample.model.compile import compile_derived, compile_function, compile_python
 from pymc_subsample.model.function_cache import CompiledFunction, SharedAsInputs, graph_key
 
 
@@ -32,6 +32,16 @@ def cache(tmp_path, monkeypatch):
         return cached_function(inputs, outputs, counted, *args, **kwargs)
 
     monkeypatch.setattr(function_cache, "cached_function", counting)
+    cached_derived_function = function_cache.cached_derived_function
+
+    def counting_derived(inputs, sources, derive, compile_, *args, **kwargs):
+        def counted(*graph):
+            compiled.append(graph)
+            return compile_(*graph)
+
+        return cached_derived_function(inputs, sources, derive, counted, *args, **kwargs)
+
+    monkeypatch.setattr(function_cache, "cached_derived_function", counting_derived)
     return tmp_path, compiled
 
 
@@ -127,6 +137,52 @@ def test_shared_variables_are_inputs_read_at_each_call(cache):
         assert function(np.array(2.0)) == pytest.approx(12.0)
         data.set_value(np.array([10.0, 20.0]))  # pm.set_data reaches it, a new length included
         assert function(np.array(2.0)) == pytest.approx(60.0)
+
+
+def test_a_derived_function_is_loaded_without_deriving_its_graph(cache, monkeypatch):
+    """A function whose graph is derived from others (a value and its gradient) is kept under a key
+    of those: found on disk, it is loaded without building the derived graph; another recipe, or
+    other code of this package, derives and compiles it again."""
+    folder, compiled = cache
+    x = pt.dvector("x")
+    source = (x**3).sum()
+    derived = []
+
+    def derive():
+        derived.append(1)
+        return [source, pytensor.grad(source, x)]
+
+    functions = [compile_derived([x], [source], derive, "cube and gradient") for _ in range(2)]
+    assert len(derived) == 1 and len(compiled) == 1
+    for function in functions:
+        value, grad = function(np.array([1.0, 2.0]))
+        assert value == pytest.approx(9.0)
+        np.testing.assert_allclose(grad, [3.0, 12.0])
+    compile_derived([x], [source], derive, "another recipe")
+    assert len(derived) == 2
+    monkeypatch.setattr(function_cache, "package_source_hash", lambda: "other code")
+    compile_derived([x], [source], derive, "cube and gradient")
+    assert len(derived) == 3 and len(compiled) == 3
+
+
+def test_a_derived_function_reads_shared_variables_at_each_call(cache):
+    folder, compiled = cache
+    data = pytensor.shared(np.array([1.0, 2.0, 3.0]), name="data")
+    x = pt.dscalar("x")
+    source = (data * x**2).sum()
+    derived = []
+
+    def derive():
+        derived.append(1)
+        return [source, pytensor.grad(source, x)]
+
+    functions = [compile_derived([x], [source], derive, "weighted square", python=True) for _ in range(2)]
+    assert len(derived) == 1 and len(compiled) == 1, "a graph with a shared variable was derived again"
+    for function in functions:
+        assert isinstance(function, SharedAsInputs)
+        data.set_value(np.array([10.0, 20.0]))  # pm.set_data reaches it, a new length included
+        value, grad = function(np.array(2.0))
+        assert value == pytest.approx(120.0) and grad == pytest.approx(120.0)
 
 
 def test_a_damaged_file_is_compiled_again_and_replaced(cache):

@@ -76,15 +76,45 @@ def compile_function(inputs, outputs, *, exclude=()):
     without the graph rewrites named in ``exclude`` (e.g. :data:`SLOW_REWRITES`), or the same
     function rewritten by an earlier process (:mod:`~pymc_subsample.model.function_cache`).
     """
+    return function_cache.cached_function(inputs, outputs, _c_compiler(exclude),
+                                          context=("compile_function", tuple(exclude)),
+                                          load_context=_precompiled_headers)
+
+
+def compile_derived(inputs, sources, derive, recipe, *, python=False):
+    """:func:`compile_function` (:func:`compile_python` with ``python``) of ``derive()``, a graph
+    built from ``sources`` alone by code of this package, kept on disk under a key of ``sources``:
+    a set-up that finds it there does not build the derived graph
+    (:func:`~pymc_subsample.model.function_cache.cached_derived_function`; ``recipe`` names
+    ``derive``).
+    """
+    cached = function_cache.cached_derived_function
+    if python:
+        return cached(inputs, sources, derive, _python_compiler(False), recipe,
+                      context=("compile_python", False))
+    return cached(inputs, sources, derive, _c_compiler(()), recipe, context=("compile_function", ()),
+                  load_context=_precompiled_headers)
+
+
+def _c_compiler(exclude):
+    """``compile_(inputs, outputs)`` on the C linker, against the precompiled header."""
     kwargs = {"mode": get_default_mode().excluding(*exclude)} if exclude else {}
 
     def compile_(inputs, outputs):
         with _precompiled_headers():
             return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
-    return function_cache.cached_function(inputs, outputs, compile_,
-                                          context=("compile_function", tuple(exclude)),
-                                          load_context=_precompiled_headers)
+    return compile_
+
+
+def _python_compiler(arrays):
+    """``compile_(inputs, outputs)`` on PyTensor's Python linker (:func:`compile_python`)."""
+    mode = PYTHON_LINKER_ARRAYS if arrays else PYTHON_LINKER
+
+    def compile_(inputs, outputs):
+        return pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
+
+    return compile_
 
 
 def has_blockwise(function) -> bool:
@@ -106,12 +136,8 @@ def compile_python(inputs, outputs, *, arrays=False):
     rewriting; with ``arrays``, :data:`PYTHON_LINKER_ARRAYS`), for graphs called a few times at
     set-up, or the same function from an earlier process.
     """
-    mode = PYTHON_LINKER_ARRAYS if arrays else PYTHON_LINKER
-
-    def compile_(inputs, outputs):
-        return pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
-
-    return function_cache.cached_function(inputs, outputs, compile_, context=("compile_python", arrays))
+    return function_cache.cached_function(inputs, outputs, _python_compiler(arrays),
+                                          context=("compile_python", arrays))
 
 
 #: seconds of a set-up without the garbage collector's automatic collections, at most

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import functools
 import hashlib
 import io
 import os
@@ -179,8 +180,8 @@ def cached_function(inputs, outputs, compile_, context=(), load_context=None):
         return _pickled_lean(compile_(inputs, outputs))
     single = not isinstance(outputs, (list, tuple))
     outputs = [outputs] if single else list(outputs)
-    shared = list(dict.fromkeys(v for v in graph_inputs(outputs) if isinstance(v, SharedVariable)))
-    if any(not isinstance(v.type, TensorType) for v in shared):  # random generators: updated in place
+    shared = _shared_variables(outputs)
+    if shared is None:  # random generators: updated in place
         return _pickled_lean(compile_(inputs, outputs[0] if single else outputs))
     if shared:
         stand_ins = [v.type(name=v.name) for v in shared]
@@ -189,6 +190,78 @@ def cached_function(inputs, outputs, compile_, context=(), load_context=None):
     outputs = outputs[0] if single else outputs
     function = _pickled_lean(_cached(inputs, outputs, compile_, context, load_context))
     return SharedAsInputs(function, shared) if shared else function
+
+
+def cached_derived_function(inputs, sources, derive, compile_, recipe, context=(), load_context=None):
+    """``compile_(inputs, derive())``, kept on disk under a key of ``sources`` instead of the derived
+    graphs: a hit loads the function without calling ``derive``.
+
+    For functions whose graphs are derived from a few others by code of this package alone (a log
+    density and its gradient, a vector-Jacobian product): ``derive() -> outputs`` must read nothing
+    but ``sources`` and ``inputs``. Building the derived graph was the cost a warm set-up still paid
+    for a function it then loaded from here: ``pytensor.grad`` of a model's log prior took 15-54 ms
+    of every set-up of the zoo's models (``benchmarks/README.md``, sixteenth session). The key is
+    :func:`graph_key` of ``sources`` (shared variables as inputs, as :func:`cached_function` does),
+    with ``recipe`` (the name of ``derive``, which fixes its outputs' arity) and a hash of this
+    package's source files (:func:`package_source_hash`) in its context: a file written by other
+    code of this package is never loaded. A derived graph that reads a shared variable the sources
+    do not is compiled by :func:`cached_function` instead.
+    """
+    if not cache_enabled():
+        return cached_function(inputs, derive(), compile_, context, load_context)
+    shared = _shared_variables(sources)
+    key = None
+    if shared is not None:
+        stand_ins = [v.type(name=v.name) for v in shared]
+        replace = dict(zip(shared, stand_ins, strict=True))
+        key_sources = graph_replace(list(sources), replace, strict=False) if shared else list(sources)
+        key = graph_key([*inputs, *stand_ins], key_sources,
+                        (*context, "derived", recipe, package_source_hash()))
+    if key is None:
+        return cached_function(inputs, derive(), compile_, context, load_context)
+    path = cache_folder() / f"{key}.pkl"
+    if path.exists():
+        function = _load(path, load_context)
+        if function is not None and len(function.maker.fgraph.inputs) == len(inputs) + len(shared):
+            function = _pickled_lean(function)
+            return SharedAsInputs(function, shared) if shared else function
+    outputs = derive()
+    listed = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    read = _shared_variables(listed)
+    if read is None or not set(read) <= set(shared):
+        return cached_function(inputs, outputs, compile_, context, load_context)
+    if shared:
+        outputs = graph_replace(outputs, replace, strict=False)
+    function = compile_([*inputs, *stand_ins], outputs)
+    _store(function, cache_folder(), path)
+    function = _pickled_lean(function)
+    return SharedAsInputs(function, shared) if shared else function
+
+
+def _shared_variables(outputs) -> list | None:
+    """The shared variables ``outputs`` read, in a fixed order; None where one is not a tensor (a
+    random generator, updated in place: never cached).
+    """
+    shared = list(dict.fromkeys(v for v in graph_inputs(list(outputs)) if isinstance(v, SharedVariable)))
+    return None if any(not isinstance(v.type, TensorType) for v in shared) else shared
+
+
+@functools.cache
+def package_source_hash() -> str:
+    """SHA-256 of this package's Python source files (2.8 ms, once per process), or its version
+    where the files cannot be read.
+    """
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    try:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    except OSError:
+        from pymc_subsample import __version__
+
+        return f"version {__version__}"
+    return digest.hexdigest()
 
 
 class SharedAsInputs:

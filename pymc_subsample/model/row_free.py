@@ -25,7 +25,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.traversal import toposort
 from pytensor.tensor.elemwise import Elemwise
 
-from pymc_subsample.model.compile import compile_function, compile_python
+from pymc_subsample.model.compile import compile_derived, compile_function, compile_python
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.one_hot import is_row_gather
 
@@ -132,6 +132,7 @@ class RowFreeParameters:
         self._last_jacobian = None
         self._vectorised_fns = {}
         self._vjp = None
+        self._weighted = None
 
     def _theta_arg(self, theta):
         return np.asarray(theta, dtype=self.theta.dtype)
@@ -180,14 +181,23 @@ class RowFreeParameters:
     def vjp(self, theta, weights) -> np.ndarray:
         """Dφ(θ)ᵀc for weights c (r,), shape (d,): one reverse pass through φ's graph."""
         if self._vjp_fn is None:
-            c, vjp = self._vjp_graph()
-            self._vjp_fn = compile_python([self.theta, c], vjp)
+            # keyed by c·φ's graph: a set-up that finds the function on disk builds no gradient
+            c, weighted = self._weighted_graph()
+            self._vjp_fn = compile_derived([self.theta, c], [weighted], lambda: self._vjp_graph()[1],
+                                           "vector-Jacobian product of phi", python=True)
         weights = np.asarray(weights, dtype=float)
         return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
 
     def _vjp_graph(self):
         """(c, Dφ(θ)ᵀc): the graph of :meth:`vjp` and of its vectorised forms, built once."""
         if self._vjp is None:
+            c, weighted = self._weighted_graph()
+            self._vjp = (c, pytensor.grad(weighted, self.theta))
+        return self._vjp
+
+    def _weighted_graph(self):
+        """(c, c·φ(θ)): the graph :meth:`_vjp_graph` differentiates, built once."""
+        if self._weighted is None:
             # c·φ as Σ_i c[piece i]·φ_i rather than c·concatenate(φ_i): the gradient of a concatenation
             # splits c, and the vectorised forms then hold a Blockwise(Split), whose Python
             # implementation cannot be pickled — both were compiled again in every construction
@@ -196,8 +206,8 @@ class RowFreeParameters:
             bounds = self.piece_bounds
             weighted = sum(pt.dot(c[start:stop], pt.cast(g, "float64").ravel())
                            for start, stop, g in zip(bounds[:-1], bounds[1:], self.graphs, strict=True))
-            self._vjp = (c, pytensor.grad(weighted, self.theta))
-        return self._vjp
+            self._weighted = (c, weighted)
+        return self._weighted
 
     def jacobian(self, theta) -> np.ndarray:
         """Dφ(θ), shape (r, d): :meth:`vjp` along each unit vector, exact.
