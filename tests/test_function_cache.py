@@ -185,6 +185,40 @@ def test_a_derived_function_reads_shared_variables_at_each_call(cache):
         assert value == pytest.approx(120.0) and grad == pytest.approx(120.0)
 
 
+def test_a_second_set_up_derives_no_estimator_graph_and_another_n_gets_its_own(cache, monkeypatch):
+    """The estimator's functions are kept under a key of the graphs they are derived from and their
+    recipe: a second set-up of the model builds no difference graph, and a model that differs only
+    in N (a constant of the estimator, not of those graphs) or only in its prior gets its own
+    function, equal to one compiled afresh."""
+    import pymc_subsample.estimators.target as target_module
+
+    built = []
+    real = target_module.glm_differences_graph
+    monkeypatch.setattr(target_module, "glm_differences_graph", lambda *a: built.append(1) or real(*a))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=3000), (rng.random(3000) < 0.4).astype(float)
+
+    def set_up(n, prior_sd=1.0):
+        with pm.Model():
+            b = pm.Normal("b", 0, prior_sd, shape=2)
+            pm.Bernoulli("y", logit_p=b[0] + b[1] * pm.Data("x", x[:n]), observed=pm.Data("y_obs", y[:n]))
+            return pms.HMCECS(rng=0, progressbar=False)
+
+    set_up(2000)
+    assert built
+    before = len(built)
+    set_up(2000)
+    assert len(built) == before, "a second set-up built the estimator's graph again"
+    others = [set_up(2001), set_up(2000, prior_sd=0.1)]
+    assert len(built) >= before + 2
+    monkeypatch.setenv(function_cache.ENVIRONMENT_SWITCH, "0")
+    for other in others:
+        theta, batch = other.proxy.center + 0.01, other._draw_subsample().batch
+        fresh = target_module.SubsampledTarget(other.tall, other.proxy.center)
+        np.testing.assert_allclose(other.target.perturbed(theta, batch)[0], fresh.perturbed(theta, batch)[0],
+                                   rtol=1e-12)
+
+
 def test_a_damaged_file_is_compiled_again_and_replaced(cache):
     folder, compiled = cache
     compile_function(*graph())

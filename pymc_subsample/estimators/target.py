@@ -34,7 +34,7 @@ from pymc_subsample.control_variates.taylor import make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_derived
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -83,15 +83,23 @@ class SubsampledTarget:
         return view
 
     # ------------------------------------------------------------------ graphs
-    def _differences_graph(self):
-        """(inputs at θ*, D = ℓ_batch(θ) − q_batch(θ)), with q from directional derivatives at θ* along
-        v; for a distributional regression, from the rows' terms at θ* (inputs, :meth:`_center_args`).
+    def _center_variables(self):
+        """The inputs at θ*: the rows' terms there (a distributional regression, :meth:`_center_args`),
+        or θ* itself (the generic graph).
+        """
+        if self.glm is not None:
+            return self.glm.row_terms_variables()
+        return self.tall.theta.type(name="center")
+
+    def _differences_graph(self, at_center):
+        """D = ℓ_batch(θ) − q_batch(θ) (``at_center`` from :meth:`_center_variables`), with q from
+        directional derivatives at θ* along v; for a distributional regression, from the rows' terms
+        at θ*.
         """
         tall = self.tall
         if self.glm is not None:
-            at_center = self.glm.row_terms_variables()
-            return at_center.flat(), glm_differences_graph(self.glm, self.order, at_center)
-        center = tall.theta.type(name="center")
+            return glm_differences_graph(self.glm, self.order, at_center)
+        center = at_center
         # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
         # must hold v fixed, not differentiate through its dependence on θ*
         direction = tall.theta.type(name="v")
@@ -100,13 +108,36 @@ class SubsampledTarget:
         curvature = directional_derivative(slope, center, direction) if self.order == 2 else None
         q = truncate(self.order, at_center, slope, curvature)
         q = pytensor.graph_replace(q, {direction: tall.theta - center}, strict=False)
-        return [center], tall.batch_loglik - q
+        return tall.batch_loglik - q
 
     def _compile(self, key, build):
+        """The function ``key``: ``build(at_center) -> (its other inputs, derive)``, where ``derive()``
+        builds its outputs from :meth:`_sources` alone (and those inputs). Kept on disk under a key of
+        the sources, this module's recipe (``key``, the graph kind, the proxy's order, N) and the
+        package's code (:func:`~pymc_subsample.model.compile.compile_derived`): a set-up that finds
+        it there builds no derivative (the estimator's gradient graph: 50-160 ms of a warm set-up
+        of the zoo's models, sixteenth session).
+        """
         if key not in self._functions:
-            inputs, outputs = build()
-            self._functions[key] = compile_function(inputs, outputs, exclude=SLOW_REWRITES)
+            at_center = self._center_variables()
+            extra, derive = build(at_center)
+            flat = at_center.flat() if self.glm is not None else [at_center]
+            kind = "eta" if self.glm is not None else "generic"
+            recipe = f"SubsampledTarget.{key}, {kind} graph, order {self.order}, N {self.n_rows}"
+            self._functions[key] = compile_derived(self._inputs(flat, *extra), self._sources(), derive,
+                                                   recipe, exclude=SLOW_REWRITES)
         return self._functions[key]
+
+    def _sources(self):
+        """The graphs the estimator's functions are derived from: the rows' log-likelihood (in η, and
+        η itself, for a distributional regression), the log prior, and Σq where the graph holds it.
+        """
+        if self.glm is not None:
+            rows = [self.glm.loglik_graph(self.glm.eta_rows), *self.glm.eta_rows]
+        else:
+            rows = [self.tall.batch_loglik]
+        sum_q = self._sum_q()[0]
+        return [*rows, self.tall.prior_graph, *([] if sum_q is None else [sum_q])]
 
     def _inputs(self, at_center, *extra):
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
@@ -165,20 +196,21 @@ class SubsampledTarget:
     def differences(self, theta, batch):
         """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
 
-        def build():
-            at_center, d = self._differences_graph()
-            return self._inputs(at_center), d
+        def build(at_center):
+            return [], lambda: self._differences_graph(at_center)
 
         return self._compile("differences", build)(*self._args(theta, batch))
 
     def perturbed(self, theta, batch):
         """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""
 
-        def build():
-            at_center, d = self._differences_graph()
-            total, sigma2 = difference_parts(d, self.n_rows)
-            value = self._prior_and_sum_q() + total - 0.5 * sigma2
-            return self._inputs(at_center), [value, pytensor.grad(value, self.tall.theta), sigma2]
+        def build(at_center):
+            def derive():
+                total, sigma2 = difference_parts(self._differences_graph(at_center), self.n_rows)
+                value = self._prior_and_sum_q() + total - 0.5 * sigma2
+                return [value, pytensor.grad(value, self.tall.theta), sigma2]
+
+            return [], derive
 
         value, grad, sigma2 = self._compile("perturbed", build)(*self._args(theta, batch))
         value, grad = self._add_sum_q(theta, value, grad)
@@ -187,10 +219,12 @@ class SubsampledTarget:
     def difference_gradient(self, theta, batch):
         """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
 
-        def build():
-            at_center, d = self._differences_graph()
-            total, _ = difference_parts(d, self.n_rows)
-            return self._inputs(at_center), pytensor.grad(self._prior_and_sum_q() + total, self.tall.theta)
+        def build(at_center):
+            def derive():
+                total, _ = difference_parts(self._differences_graph(at_center), self.n_rows)
+                return pytensor.grad(self._prior_and_sum_q() + total, self.tall.theta)
+
+            return [], derive
 
         grad = self._compile("difference_grad", build)(*self._args(theta, batch))
         return self._add_sum_q(theta, 0.0, grad)[1]
@@ -202,11 +236,10 @@ class SubsampledTarget:
         parameters, never over rows), so it costs about d times :meth:`differences`.
         """
 
-        def build():
-            at_center, d = self._differences_graph()
+        def build(at_center):
             direction = self.tall.theta.type(name="unit")
-            jvp = directional_derivative(d, self.tall.theta, direction)
-            return self._inputs(at_center, direction), jvp
+            return [direction], lambda: directional_derivative(self._differences_graph(at_center),
+                                                               self.tall.theta, direction)
 
         fn = self._compile("difference_jvp", build)
         dt = self.tall.theta.dtype
@@ -221,14 +254,17 @@ class SubsampledTarget:
         ``batch`` holds B·m rows, B ≥ 1 mini-batches of ``batch_size`` rows each, in order.
         """
 
-        def build():
-            at_center, d = self._differences_graph()
+        def build(at_center):
             m = pt.lscalar("batch_size")
             a_, lam_ = pt.dscalar("a"), pt.dscalar("lam")
-            d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
-            value = self._prior_and_sum_q() + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
-            grad = pytensor.grad(value, self.tall.theta)
-            return self._inputs(at_center, m, a_, lam_), [value, grad, d]
+
+            def derive():
+                d = self._differences_graph(at_center)
+                d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
+                value = self._prior_and_sum_q() + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
+                return [value, pytensor.grad(value, self.tall.theta), d]
+
+            return [m, a_, lam_], derive
 
         fn = self._compile("signed", build)
         scalars = (np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float),

@@ -81,19 +81,19 @@ def compile_function(inputs, outputs, *, exclude=()):
                                           load_context=_precompiled_headers)
 
 
-def compile_derived(inputs, sources, derive, recipe, *, python=False):
+def compile_derived(inputs, sources, derive, recipe, *, python=False, exclude=()):
     """:func:`compile_function` (:func:`compile_python` with ``python``) of ``derive()``, a graph
     built from ``sources`` alone by code of this package, kept on disk under a key of ``sources``:
     a set-up that finds it there does not build the derived graph
     (:func:`~pymc_subsample.model.function_cache.cached_derived_function`; ``recipe`` names
-    ``derive``).
+    ``derive``; ``exclude`` as :func:`compile_function`'s).
     """
     cached = function_cache.cached_derived_function
     if python:
         return cached(inputs, sources, derive, _python_compiler(False), recipe,
                       context=("compile_python", False))
-    return cached(inputs, sources, derive, _c_compiler(()), recipe, context=("compile_function", ()),
-                  load_context=_precompiled_headers)
+    return cached(inputs, sources, derive, _c_compiler(exclude), recipe,
+                  context=("compile_function", tuple(exclude)), load_context=_precompiled_headers)
 
 
 def _c_compiler(exclude):
