@@ -30,6 +30,13 @@ reason (another PyTensor, a truncated write) is compiled again and replaced. Fil
 atomically and the least recently used are removed beyond :data:`MAX_BYTES`. Set the environment
 variable ``PYMC_SUBSAMPLE_FUNCTION_CACHE=0`` to compile every function afresh.
 
+A function whose graph our code derives from a few others (the estimator and its gradient from the
+rows' log-likelihood and the prior; a log prior's gradient; φ's vector-Jacobian product) is kept
+under a key of those source graphs instead (:func:`cached_derived_function`), with the recipe (what
+is derived, and the constants it adds, such as N) and a hash of this package's source files in the
+key's context: on a hit the derived graph is never built — the gradients were most of what a warm
+set-up still spent on building graphs it then loaded from here (sixteenth session).
+
 A file holds the compiled function and nothing of the graph it was rewritten from
 (:class:`_CompiledFunctionPickler`): PyTensor's own pickle of a function also carries the graph
 *before* rewriting (``FunctionMaker.outputs`` still names the original output variables) and the
