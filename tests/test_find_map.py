@@ -113,16 +113,15 @@ def test_the_centres_last_pass_serves_the_proxys_sums():
 
 def test_centre_of_a_non_centred_model_by_expansions_in_phi_within_tolerance(monkeypatch):
     """The non-centred μ + τz: the log posterior is not concave in θ, but the rows are affine in φ =
-    (a, β); the expansions in φ reach the tolerance in two
-    passes, with no full-data L-BFGS: B over all rows, each step corrected to third order by the
-    subset, so that the second pass is at the centre."""
+    (a, β); the expansions in φ reach the tolerance in two passes, with no full-data L-BFGS: B over
+    all rows, each step corrected to third order by the subset, so that the second pass is at the
+    centre."""
     from zoo import build
 
 
     tall = pms.TallModel(build("hierarchical_noncentred", 20_000))
     assert tall.uses_eta_sums() and tall.regression_view.phi is not None
-    # 5,000 of 20,000 rows: each step contracts the distance by about the subset curvature's relative
-    # error (with 2,000 rows, 5 passes)
+    # 5,000 of 20,000 rows: ≥ 200 per group, so the subset corrects each step
     _assert_centre_by_expansions(tall, monkeypatch, warm_rows=5000, max_passes=2)
 
 

@@ -22,25 +22,24 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(function_cache, "cache_folder", lambda: tmp_path)
     monkeypatch.delenv(function_cache.ENVIRONMENT_SWITCH, raising=False)
     compiled = []
-    cached_function = function_cache.cached_function
 
-    def counting(inputs, outputs, compile_, *args, **kwargs):
-        def counted(*graph):
+    def counted(compile_):
+        def compile_and_count(*graph):
             compiled.append(graph)
             return compile_(*graph)
 
-        return cached_function(inputs, outputs, counted, *args, **kwargs)
+        return compile_and_count
 
-    monkeypatch.setattr(function_cache, "cached_function", counting)
+    cached_function = function_cache.cached_function
     cached_derived_function = function_cache.cached_derived_function
 
+    def counting(inputs, outputs, compile_, *args, **kwargs):
+        return cached_function(inputs, outputs, counted(compile_), *args, **kwargs)
+
     def counting_derived(inputs, sources, derive, compile_, *args, **kwargs):
-        def counted(*graph):
-            compiled.append(graph)
-            return compile_(*graph)
+        return cached_derived_function(inputs, sources, derive, counted(compile_), *args, **kwargs)
 
-        return cached_derived_function(inputs, sources, derive, counted, *args, **kwargs)
-
+    monkeypatch.setattr(function_cache, "cached_function", counting)
     monkeypatch.setattr(function_cache, "cached_derived_function", counting_derived)
     return tmp_path, compiled
 

@@ -24,6 +24,7 @@ the rows' terms at θ* are inputs computed once per batch (a subsample change), 
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -124,13 +125,15 @@ class SubsampledTarget:
             flat = at_center.flat() if self.glm is not None else [at_center]
             kind = "eta" if self.glm is not None else "generic"
             recipe = f"SubsampledTarget.{key}, {kind} graph, order {self.order}, N {self.n_rows}"
-            self._functions[key] = compile_derived(self._inputs(flat, *extra), self._sources(), derive,
+            self._functions[key] = compile_derived(self._inputs(flat, *extra), self._sources, derive,
                                                    recipe, exclude=SLOW_REWRITES)
         return self._functions[key]
 
+    @functools.cached_property
     def _sources(self):
-        """The graphs the estimator's functions are derived from: the rows' log-likelihood (in η, and
-        η itself, for a distributional regression), the log prior, and Σq where the graph holds it.
+        """The graphs the estimator's functions are derived from (built once, for every function's
+        key): the rows' log-likelihood (in η, and η itself, for a distributional regression), the
+        log prior, and Σq where the graph holds it.
         """
         if self.glm is not None:
             rows = [self.glm.loglik_graph(self.glm.eta_rows), *self.glm.eta_rows]

@@ -41,8 +41,8 @@ def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer; got {chunk_size!r}.")
     memo = tall.pass_memo if rows is None else None
-    key = (fn, chunk_size, np.asarray(theta, dtype=float).tobytes())
-    if memo is not None and key in memo:
+    key = None if memo is None else (fn, chunk_size, np.asarray(theta, dtype=float).tobytes())
+    if key is not None and key in memo:
         return tuple(np.array(part, copy=True) for part in memo[key])  # the caller's own arrays
     n = tall.n_rows if rows is None else len(rows)
     ranges = [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]

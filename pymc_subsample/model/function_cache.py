@@ -227,20 +227,17 @@ def cached_derived_function(inputs, sources, derive, compile_, recipe, context=(
     if key is None:
         return cached_function(inputs, derive(), compile_, context, load_context)
     path = cache_folder() / f"{key}.pkl"
-    if path.exists():
-        function = _load(path, load_context)
-        if function is not None and len(function.maker.fgraph.inputs) == len(inputs) + len(shared):
-            function = _pickled_lean(function)
-            return SharedAsInputs(function, shared) if shared else function
-    outputs = derive()
-    listed = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-    read = _shared_variables(listed)
-    if read is None or not set(read) <= set(shared):
-        return cached_function(inputs, outputs, compile_, context, load_context)
-    if shared:
-        outputs = graph_replace(outputs, replace, strict=False)
-    function = compile_([*inputs, *stand_ins], outputs)
-    _store(function, cache_folder(), path)
+    function = _kept_function(path, len(inputs) + len(shared), load_context)
+    if function is None:
+        outputs = derive()
+        listed = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        read = _shared_variables(listed)
+        if read is None or not set(read) <= set(shared):
+            return cached_function(inputs, outputs, compile_, context, load_context)
+        if shared:
+            outputs = graph_replace(outputs, replace, strict=False)
+        function = compile_([*inputs, *stand_ins], outputs)
+        _store(function, path.parent, path)
     function = _pickled_lean(function)
     return SharedAsInputs(function, shared) if shared else function
 
@@ -290,12 +287,22 @@ def _cached(inputs, outputs, compile_, context, load_context):
         return compile_(inputs, outputs)
     folder = cache_folder()
     path = folder / f"{key}.pkl"
-    if path.exists():
-        function = _load(path, load_context)
-        if function is not None and len(function.maker.fgraph.inputs) == len(inputs):
-            return function
-    function = compile_(inputs, outputs)
-    _store(function, folder, path)
+    function = _kept_function(path, len(inputs), load_context)
+    if function is None:
+        function = compile_(inputs, outputs)
+        _store(function, folder, path)
+    return function
+
+
+def _kept_function(path, n_inputs, load_context):
+    """The function kept at ``path``, or None where there is none, it fails to load, or it does not
+    take ``n_inputs`` inputs.
+    """
+    if not path.exists():
+        return None
+    function = _load(path, load_context)
+    if function is None or len(function.maker.fgraph.inputs) != n_inputs:
+        return None
     return function
 
 

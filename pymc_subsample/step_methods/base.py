@@ -113,11 +113,8 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         self.tall = TallModel(model, vars)
         self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
-        with remembered_passes(self.tall):  # the centre's last pass serves the proxy's sums
-            self.target = SubsampledTarget(
-                self.tall, resolve_center(self.tall, center, chunk_size), proxy_order, chunk_size=chunk_size,
-                glm="auto" if self.row_free_proxy else "affine",
-            )
+        self.target = centred_target(self.tall, center, proxy_order, chunk_size,
+                                     glm="auto" if self.row_free_proxy else "affine")
         self.proxy = self.target.proxy
         self.tune = True
         super().__init__(self.tall.value_vars, shared={}, rng=rng)
@@ -156,6 +153,16 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     def stop_tuning(self):
         self.tune = False
         self.monitor = RunMonitor(self.run_checks())
+
+
+def centred_target(tall, center, proxy_order, chunk_size, glm) -> SubsampledTarget:
+    """The step's :class:`SubsampledTarget` at θ* (:func:`resolve_center`), the set-up's full passes
+    remembered meanwhile: the centre's last pass serves the proxy's sums
+    (:func:`~pymc_subsample.model.chunks.remembered_passes`).
+    """
+    with remembered_passes(tall):
+        return SubsampledTarget(tall, resolve_center(tall, center, chunk_size), proxy_order,
+                                chunk_size=chunk_size, glm=glm)
 
 
 def resolve_center(tall, center, chunk_size=DEFAULT_CHUNK_SIZE) -> np.ndarray:

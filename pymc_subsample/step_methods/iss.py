@@ -28,12 +28,11 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import ProgressBarMixin, StatColumn
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
-from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import iss as K
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import set_up_without_overheads
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.base import SubsampleStepState, check_positive, resolve_center, warn_poor
+from pymc_subsample.step_methods.base import SubsampleStepState, centred_target, check_positive, warn_poor
 from pymc_subsample.subsample.summaries import make_summary
 
 __all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]
@@ -238,11 +237,9 @@ class ISS(ProgressBarMixin, ArrayStepShared):
         if not (callable(summary) or (isinstance(summary, str) and summary in ("moments", "map"))):
             make_summary(summary, tall)  # its ValueError, before the set-up passes
         self.scale = tall.n_rows / self.n  # the N/n power of the scaled sub-posterior
-        # one target, as in every step method: θ* and the Laplace precision P at θ*
-        # glm="affine": SubsampleStep.row_free_proxy; the centre's last pass serves the proxy's sums
-        with remembered_passes(tall):
-            self.target = SubsampledTarget(tall, resolve_center(tall, center, chunk_size), 2,
-                                           chunk_size=chunk_size, glm="affine")
+        # one target, as in every step method: θ* and the Laplace precision P at θ*; glm="affine" as
+        # SubsampleStep.row_free_proxy
+        self.target = centred_target(tall, center, 2, chunk_size, glm="affine")
         precision, self.laplace_ok = self._laplace_precision()
         self.laplace_sd = np.sqrt(np.clip(np.diag(np.linalg.pinv(precision)), 1e-300, None))
         self.summary = make_summary(summary, tall, chunk_size=chunk_size,
