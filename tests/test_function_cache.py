@@ -300,3 +300,59 @@ def test_a_set_up_on_other_data_of_a_model_with_many_groups_compiles_nothing(cac
         second = pms.HMCECS(rng=0, progressbar=False)
     assert abs(second.target.proxy.loglik_sum - first.target.proxy.loglik_sum) > 1.0  # other sums
     assert before >= 5 and len(compiled) == before, f"compiled again: {[g for g in compiled[before:]]}"
+
+
+def _package_files():
+    from pathlib import Path
+
+    root = Path(function_cache.__file__).resolve().parents[1]
+    return root, {path: path.read_bytes() for path in sorted(root.rglob("*.py"))}
+
+
+def _edited(files, root, relative, edit):
+    edited = dict(files)
+    edited[root / relative] = edit(files[root / relative].decode()).encode()
+    return edited
+
+
+def test_the_source_hash_is_the_deriving_code_not_its_comments_or_other_modules():
+    """Derived functions are keyed by the code that derives them: a changed line of a module that
+    builds derived graphs (or one it imports) changes the hash; a comment, a docstring or a change to
+    a module outside that code (a data set loader, a sampler's kernel, the GLM view that only Firefly
+    and Zig-Zag use) keeps it, so that the functions on disk stay valid."""
+    root, files = _package_files()
+    digest = function_cache._deriving_code_hash(root, files)
+    assert function_cache._deriving_code_hash(root, dict(files)) == digest
+    kept = [
+        _edited(files, root, "estimators/target.py", lambda s: s.replace("\n", "\n# a comment\n", 3)),
+        _edited(files, root, "model/tall.py", lambda s: s.replace('"""', '"""Reworded. ', 1)),
+        _edited(files, root, "datasets.py", lambda s: s + "\nSOMETHING = 1\n"),
+        _edited(files, root, "kernels/mh_tests.py", lambda s: s + "\nSOMETHING = 1\n"),
+        _edited(files, root, "model/glm.py", lambda s: s + "\nSOMETHING = 1\n"),
+    ]
+    for edited in kept:
+        assert function_cache._deriving_code_hash(root, edited) == digest
+    changed = [
+        _edited(files, root, "estimators/target.py", lambda s: s + "\nSOMETHING = 1\n"),  # a deriving module
+        _edited(files, root, "model/differences.py", lambda s: s + "\nSOMETHING = 1\n"),  # imported by one
+        _edited(files, root, "model/distributional.py", lambda s: s + "\nSOMETHING = 1\n"),  # the GLM view
+    ]
+    for edited in changed:
+        assert function_cache._deriving_code_hash(root, edited) != digest
+
+
+def test_the_source_hash_is_kept_under_the_files_bytes(tmp_path, monkeypatch):
+    """The syntax trees are parsed once per version of the files: the outcome is kept in the cache
+    folder and read back by a new process (here: the memo cleared), even where parsing would fail."""
+    monkeypatch.setattr(function_cache, "cache_folder", lambda: tmp_path)
+    function_cache.package_source_hash.cache_clear()
+    try:
+        digest = function_cache.package_source_hash()
+        root, files = _package_files()
+        assert digest == function_cache._deriving_code_hash(root, files)
+        assert len(list((tmp_path / function_cache._SOURCE_HASHES).glob("*.txt"))) == 1
+        function_cache.package_source_hash.cache_clear()
+        monkeypatch.setattr(function_cache, "_deriving_code_hash", lambda *a: pytest.fail("parsed again"))
+        assert function_cache.package_source_hash() == digest
+    finally:
+        function_cache.package_source_hash.cache_clear()

@@ -33,7 +33,8 @@ variable ``PYMC_SUBSAMPLE_FUNCTION_CACHE=0`` to compile every function afresh.
 A function whose graph our code derives from a few others (the estimator and its gradient from the
 rows' log-likelihood and the prior; a log prior's gradient; φ's vector-Jacobian product) is kept
 under a key of those source graphs instead (:func:`cached_derived_function`), with the recipe (what
-is derived, and the constants it adds, such as N) and a hash of this package's source files in the
+is derived, and the constants it adds, such as N) and a hash of the code that derives it
+(:func:`package_source_hash`: the deriving modules and what they import, without docstrings) in the
 key's context: on a hit the derived graph is never built — the gradients were most of what a warm
 set-up still spent on building graphs it then loaded from here (sixteenth session).
 
@@ -54,6 +55,7 @@ same directory: the cache trusts the compile directory as PyTensor does.
 
 from __future__ import annotations
 
+import ast
 import copy
 import copyreg
 import functools
@@ -209,10 +211,12 @@ def cached_derived_function(inputs, sources, derive, compile_, recipe, context=(
     for a function it then loaded from here: ``pytensor.grad`` of a model's log prior took 15-54 ms
     of every set-up of the zoo's models (``benchmarks/README.md``, sixteenth session). The key is
     :func:`graph_key` of ``sources`` (shared variables as inputs, as :func:`cached_function` does),
-    with ``recipe`` (the name of ``derive``, which fixes its outputs' arity) and a hash of this
-    package's source files (:func:`package_source_hash`) in its context: a file written by other
-    code of this package is never loaded. A derived graph that reads a shared variable the sources
-    do not is compiled by :func:`cached_function` instead.
+    with ``recipe`` (the name of ``derive``, which fixes its outputs' arity) and a hash of the code
+    that derives graphs (:func:`package_source_hash`) in its context: a file written by other
+    deriving code is never loaded. ``derive`` must be defined in a module that calls this function
+    or ``compile_derived``, and call only code those modules import (the hash covers no other).
+    A derived graph that reads a shared variable the sources do not is compiled by
+    :func:`cached_function` instead.
     """
     if not cache_enabled():
         return cached_function(inputs, derive(), compile_, context, load_context)
@@ -250,22 +254,116 @@ def _shared_variables(outputs) -> list | None:
     return None if any(not isinstance(v.type, TensorType) for v in shared) else shared
 
 
+#: the functions whose callers derive graphs: the modules that call them are where hashing starts
+_DERIVING_CALLS = frozenset({"compile_derived", "cached_derived_function"})
+_SOURCE_HASHES = "source_hashes"
+
+
 @functools.cache
 def package_source_hash() -> str:
-    """SHA-256 of this package's Python source files (2.8 ms, once per process), or its version
-    where the files cannot be read.
+    """A hash of the code that derives the graphs of :func:`cached_derived_function`, or the
+    package's version where its files cannot be read.
+
+    The code is every module that calls :data:`_DERIVING_CALLS` and every module of this package
+    they import, transitively (a package's ``__init__`` only where a name is imported from it that
+    is not a submodule): 17 of the package's 59 files. Each is hashed as its syntax tree without
+    docstrings (``ast.dump``, which has no line numbers), so that a comment, a docstring or a change
+    to a sampler, a diagnostic or a data set loader keeps the functions on disk; hashing the raw
+    bytes of every file had made a one-line comment re-derive and rewrite every estimator the tests
+    build (a test run on a new commit 12 → 15 min, seventeenth session). Parsing costs ~0.1 s, so the
+    outcome is kept beside the functions under a hash of the files' raw bytes (2.8 ms).
     """
-    digest = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
     try:
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
+        files = {path: path.read_bytes() for path in sorted(root.rglob("*.py"))}
     except OSError:
         from pymc_subsample import __version__
 
         return f"version {__version__}"
+    raw = hashlib.sha256()
+    for path, text in files.items():
+        raw.update(str(path.relative_to(root)).encode() + b"\0" + text + b"\0")
+    kept = cache_folder() / _SOURCE_HASHES / f"{raw.hexdigest()}.txt"
+    try:
+        return kept.read_text().strip()
+    except OSError:
+        pass
+    digest = _deriving_code_hash(root, files)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(kept, digest.encode())
+        for stale in sorted(kept.parent.glob("*.txt"), key=lambda f: f.stat().st_mtime)[:-64]:
+            stale.unlink(missing_ok=True)  # one small file per version of the code: the last 64 kept
+    except OSError:
+        pass
+    return digest
+
+
+def _deriving_code_hash(root: Path, files: dict) -> str:
+    """SHA-256 of the docstring-free syntax trees of the modules :func:`package_source_hash` names."""
+    package = root.name
+    texts = {_module_name(path, root, package): (path, text) for path, text in files.items()}
+    # parsed on demand: only the modules hashed, and those whose text names a deriving call
+    starts = [name for name, (_, text) in texts.items()
+              if any(call.encode() in text for call in _DERIVING_CALLS)]
+    trees = {name: ast.parse(texts[name][1]) for name in starts}
+    todo = [name for name in starts if _calls_any(trees[name], _DERIVING_CALLS)]
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in texts:
+            continue
+        seen.add(name)
+        tree = trees[name] if name in trees else trees.setdefault(name, ast.parse(texts[name][1]))
+        for module, names in _package_imports(tree, package):
+            for imported in names:
+                if f"{module}.{imported}" in texts:  # a submodule
+                    todo.append(f"{module}.{imported}")
+                elif not imported.startswith("__"):  # a name: its module, or a package's __init__
+                    todo.append(module)
+            if not names:
+                todo.append(module)
+    digest = hashlib.sha256()
+    for name in sorted(seen):
+        digest.update(f"{texts[name][0].relative_to(root)}\0{ast.dump(_without_docstrings(trees[name]))}\0".encode())
     return digest.hexdigest()
+
+
+def _module_name(path: Path, root: Path, package: str) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join((package, *parts[:-1])) if parts[-1] == "__init__" else ".".join((package, *parts))
+
+
+def _calls_any(tree, names) -> bool:
+    return any(isinstance(node, ast.Call) and _called_name(node) in names
+               for node in ast.walk(tree))
+
+
+def _called_name(call):
+    return getattr(call.func, "id", getattr(call.func, "attr", None))
+
+
+def _package_imports(tree, package):
+    """(module, imported names) for each import of ``package``'s modules anywhere in ``tree``
+    (imports inside functions included); ``import a.b`` gives (``a.b``, ()).
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package:
+            yield node.module, [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == package:
+                    yield alias.name, ()
+
+
+def _without_docstrings(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
 
 
 class SharedAsInputs:
@@ -325,12 +423,16 @@ def _store(function, folder, path):
     try:
         data = compiled_function_bytes(function)
         folder.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}")
-        partial.write_bytes(data)
-        os.replace(partial, path)  # atomic: a concurrent reader sees the whole file or none
+        _write_atomically(path, data)
         _prune(folder)
     except Exception:  # an unpicklable function, a read-only or full disk: the run goes on uncached
         return
+
+
+def _write_atomically(path, data: bytes):
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)  # a concurrent reader sees the whole file or none
 
 
 def _prune(folder):
