@@ -55,17 +55,26 @@ def test_gcc_accepts_the_precompiled_header(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_set_up_pauses_the_collector_and_stack_records_and_restores_both(monkeypatch):
+def test_set_up_pauses_the_collector_stack_records_and_blas_threads_and_restores_them(monkeypatch):
     import gc
     import time
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {lib["filepath"]: lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
     seen = []
     limit = pytensor.config.traceback__limit
     paused = compile_module.set_up_without_overheads(
-        lambda: seen.append((gc.isenabled(), pytensor.config.traceback__limit)) or "result")
+        lambda: seen.append((gc.isenabled(), pytensor.config.traceback__limit, blas_threads())) or "result")
     assert gc.isenabled()
-    assert paused() == "result"
-    assert seen == [(False, 0)] and gc.isenabled() and pytensor.config.traceback__limit == limit
+    with threadpool_limits(2, user_api="blas"):  # the user's (or PyMC's) setting, given back after
+        before = blas_threads()
+        assert paused() == "result"
+        assert blas_threads() == before
+    assert seen[0][:2] == (False, 0) and gc.isenabled() and pytensor.config.traceback__limit == limit
+    assert seen[0][2] and set(seen[0][2].values()) == {1}, "the set-up ran with more than one BLAS thread"
 
     # a set-up that raises gives the collector back too
     def fails():

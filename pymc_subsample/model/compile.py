@@ -27,6 +27,7 @@ import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode, get_default_mode
 from pytensor.tensor.blockwise import Blockwise
+from threadpoolctl import threadpool_limits
 
 from pymc_subsample.model import function_cache
 
@@ -166,6 +167,14 @@ def set_up_without_overheads(method):
     ~10⁴ variables a set-up creates, 11% of a warm set-up's profile (linear, 10⁶ rows); the
     records name lines of this package, which a user's error message does not need.
 
+    Why one BLAS thread: the set-up's linear algebra is small (products over chunks of 20,000 rows,
+    d × d matrices, the centre's L-BFGS on d ≤ 10³ coordinates), and OpenBLAS's threads cost more than
+    they give there: on 2 cores the non-centred zoo model's warm set-up at 10⁶ rows took 0.83-1.00 s
+    with its default 2 threads, 0.49-0.64 s with 1 (three interleaved pairs of runs; L-BFGS's own
+    Fortran step 0.7 ms a call, against 0.05 ms alone). PyMC limits the BLAS threads of its sampling
+    the same way (``pm.sample(blas_cores=...)``, by default the cores it samples on). The limit is
+    ``threadpoolctl``'s (a dependency of PyMC), lifted when the set-up ends.
+
     Nested set-ups (a step's ``__init__`` calling its base's) do this once.
     """
 
@@ -178,7 +187,7 @@ def set_up_without_overheads(method):
             timer.daemon = True
             timer.start()
         try:
-            with pytensor.config.change_flags(traceback__limit=0):
+            with pytensor.config.change_flags(traceback__limit=0), threadpool_limits(1, user_api="blas"):
                 return method(*args, **kwargs)
         finally:
             if pause:
