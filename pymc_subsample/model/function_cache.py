@@ -270,8 +270,8 @@ def package_source_hash() -> str:
     docstrings (``ast.dump``, which has no line numbers), so that a comment, a docstring or a change
     to a sampler, a diagnostic or a data set loader keeps the functions on disk; hashing the raw
     bytes of every file had made a one-line comment re-derive and rewrite every estimator the tests
-    build (a test run on a new commit 12 → 15 min, seventeenth session). Parsing costs ~0.1 s, so the
-    outcome is kept beside the functions under a hash of the files' raw bytes (2.8 ms).
+    build (a test run on a new commit 12 → 15 min, seventeenth session). Parsing costs 0.26 s, so the
+    outcome is kept beside the functions under a hash of the files' raw bytes (2.2 ms a process).
     """
     root = Path(__file__).resolve().parents[1]
     try:

@@ -98,7 +98,7 @@ class InnerHMC:
             model=self.tall.model,
             logp_dlogp_func=self.potential,
             # the tall model's (PyMC reads only its shapes): PyMC would compile and call
-            # model.initial_point() again, 38 ms of a warm set-up
+            # model.initial_point() again, 5-10 ms of a warm set-up
             initial_point=self.tall.initial_point,
             target_accept=target_accept,
             rng=self.rng.spawn(1)[0],
