@@ -77,9 +77,7 @@ def compile_function(inputs, outputs, *, exclude=()):
     without the graph rewrites named in ``exclude`` (e.g. :data:`SLOW_REWRITES`), or the same
     function rewritten by an earlier process (:mod:`~pymc_subsample.model.function_cache`).
     """
-    return function_cache.cached_function(inputs, outputs, _c_compiler(exclude),
-                                          context=("compile_function", tuple(exclude)),
-                                          load_context=_precompiled_headers)
+    return function_cache.cached_function(inputs, outputs, **_c_compilation(exclude))
 
 
 def compile_derived(inputs, sources, derive, recipe, *, python=False, exclude=()):
@@ -89,33 +87,32 @@ def compile_derived(inputs, sources, derive, recipe, *, python=False, exclude=()
     (:func:`~pymc_subsample.model.function_cache.cached_derived_function`; ``recipe`` names
     ``derive``; ``exclude`` as :func:`compile_function`'s).
     """
-    cached = function_cache.cached_derived_function
-    if python:
-        return cached(inputs, sources, derive, _python_compiler(False), recipe,
-                      context=("compile_python", False))
-    return cached(inputs, sources, derive, _c_compiler(exclude), recipe,
-                  context=("compile_function", tuple(exclude)), load_context=_precompiled_headers)
+    compilation = _python_compilation(False) if python else _c_compilation(exclude)
+    return function_cache.cached_derived_function(inputs, sources, derive, recipe=recipe, **compilation)
 
 
-def _c_compiler(exclude):
-    """``compile_(inputs, outputs)`` on the C linker, against the precompiled header."""
+def _c_compilation(exclude) -> dict:
+    """The cache's ``compile_``, ``context`` and ``load_context`` for :func:`compile_function`: the C
+    linker against the precompiled header, which a loaded function is linked under too.
+    """
     kwargs = {"mode": get_default_mode().excluding(*exclude)} if exclude else {}
 
     def compile_(inputs, outputs):
         with _precompiled_headers():
             return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
-    return compile_
+    return {"compile_": compile_, "context": ("compile_function", tuple(exclude)),
+            "load_context": _precompiled_headers}
 
 
-def _python_compiler(arrays):
-    """``compile_(inputs, outputs)`` on PyTensor's Python linker (:func:`compile_python`)."""
+def _python_compilation(arrays) -> dict:
+    """The cache's ``compile_`` and ``context`` for :func:`compile_python` (PyTensor's Python linker)."""
     mode = PYTHON_LINKER_ARRAYS if arrays else PYTHON_LINKER
 
     def compile_(inputs, outputs):
         return pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
 
-    return compile_
+    return {"compile_": compile_, "context": ("compile_python", arrays)}
 
 
 def has_blockwise(function) -> bool:
@@ -137,8 +134,7 @@ def compile_python(inputs, outputs, *, arrays=False):
     rewriting; with ``arrays``, :data:`PYTHON_LINKER_ARRAYS`), for graphs called a few times at
     set-up, or the same function from an earlier process.
     """
-    return function_cache.cached_function(inputs, outputs, _python_compiler(arrays),
-                                          context=("compile_python", arrays))
+    return function_cache.cached_function(inputs, outputs, **_python_compilation(arrays))
 
 
 #: seconds of a set-up without the garbage collector's automatic collections, at most
@@ -175,7 +171,8 @@ def set_up_without_overheads(method):
     the same way (``pm.sample(blas_cores=...)``, by default the cores it samples on). The limit is
     ``threadpoolctl``'s (a dependency of PyMC), lifted when the set-up ends.
 
-    Nested set-ups (a step's ``__init__`` calling its base's) do this once.
+    Nested set-ups (a step's ``__init__`` calling its base's) pause the collector once; the flag
+    and the thread limit are set again inside, and restored in order.
     """
 
     @functools.wraps(method)

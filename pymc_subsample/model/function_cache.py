@@ -314,8 +314,9 @@ def _deriving_code_hash(root: Path, files: dict) -> str:
         if name in seen or name not in texts:
             continue
         seen.add(name)
-        tree = trees[name] if name in trees else trees.setdefault(name, ast.parse(texts[name][1]))
-        for module, names in _package_imports(tree, package):
+        if name not in trees:
+            trees[name] = ast.parse(texts[name][1])
+        for module, names in _package_imports(trees[name], package):
             for imported in names:
                 if f"{module}.{imported}" in texts:  # a submodule
                     todo.append(f"{module}.{imported}")
