@@ -161,3 +161,81 @@ def test_a_pickled_function_computes_the_same_after_loading():
     function = compile_function([x], (pt.sinh(x) * scale).sum())
     loaded = pickle.loads(pickle.dumps(function))
     np.testing.assert_allclose(loaded(np.array([0.0, 1.0])), scale * np.sinh(1.0), rtol=1e-15)
+
+
+def _three_new_fused_ops():
+    """A graph with three elementwise kernels no earlier run compiled, kept apart by reductions, and
+    the same in NumPy."""
+    a, b, c = (_new_constant() for _ in range(3))
+    x = pt.dvector("x")
+    first = pt.exp(x * a).sum()
+    second = (pt.cos(x * b) * first).sum()
+    graph = pt.tanh(x * c + second)
+
+    def numpy_value(v):
+        return np.tanh(v * c + (np.cos(v * b) * np.exp(v * a).sum()).sum())
+
+    return x, graph, numpy_value
+
+
+def _compiles_by_thread(monkeypatch, fail_in_pool=False):
+    """Names of the threads that run GCC from now on, one per module (``fail_in_pool``: a build in
+    a pool thread fails as a compiler error would)."""
+    import threading
+
+    from pytensor.link.c.cmodule import GCC_compiler
+
+    threads = []
+    original = GCC_compiler.compile_str
+
+    def recording(*args, **kwargs):
+        name = threading.current_thread().name
+        threads.append(name)
+        if fail_in_pool and name.startswith("gcc"):
+            raise RuntimeError("GCC failed")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(GCC_compiler, "compile_str", staticmethod(recording))
+    return threads
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_functions_missing_modules_are_built_side_by_side_under_pytensors_keys(monkeypatch, jobs):
+    """With two cores or more, the C modules a function misses are built by GCC processes at once
+    (threads of a pool), moved where PyTensor expects them and filed under PyTensor's own keys: the
+    same graph compiled by PyTensor afterwards compiles nothing. With one core, one after another in
+    the caller's thread, as PyTensor does."""
+    from pymc_subsample.model import side_by_side
+
+    monkeypatch.setattr(side_by_side, "build_jobs", lambda: jobs)
+    x, graph, numpy_value = _three_new_fused_ops()
+    threads = _compiles_by_thread(monkeypatch)
+    ours = compile_function([x], [graph])
+    in_pool = [name for name in threads if name.startswith("gcc")]
+    if jobs == 1:
+        assert threads and not in_pool
+    else:  # each module built once, in the pool: none again in the caller's thread
+        assert len(in_pool) >= 3 and len(in_pool) == len(threads), threads
+    values = np.linspace(-0.5, 0.5, 5)
+    np.testing.assert_allclose(ours(values)[0], numpy_value(values), rtol=1e-13)
+    threads.clear()
+    theirs = pytensor.function([x], graph)
+    assert threads == [], "PyTensor compiled again modules built side by side"
+    np.testing.assert_allclose(theirs(values), numpy_value(values), rtol=1e-13)
+    compiledir = pytensor.config.compiledir
+    assert not [f for f in os.listdir(compiledir) if f.startswith("side_by_side_")]
+
+
+def test_a_module_whose_build_failed_is_compiled_again_in_the_callers_thread(monkeypatch):
+    """A failed side-by-side build is not an error of its own: PyTensor's compilation runs again in
+    the caller's thread (where a real failure raises PyTensor's own message), and the function works."""
+    from pymc_subsample.model import side_by_side
+
+    monkeypatch.setattr(side_by_side, "build_jobs", lambda: 2)
+    x, graph, numpy_value = _three_new_fused_ops()
+    threads = _compiles_by_thread(monkeypatch, fail_in_pool=True)
+    ours = compile_function([x], [graph])
+    in_caller = [name for name in threads if not name.startswith("gcc")]
+    assert len(in_caller) >= 3 and len(threads) > len(in_caller), threads
+    values = np.linspace(-0.5, 0.5, 5)
+    np.testing.assert_allclose(ours(values)[0], numpy_value(values), rtol=1e-13)

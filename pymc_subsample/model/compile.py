@@ -30,6 +30,7 @@ from pytensor.tensor.blockwise import Blockwise
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.model import function_cache
+from pymc_subsample.model.side_by_side import modules_side_by_side
 
 __all__ = [
     "PYTHON_LINKER",
@@ -98,11 +99,11 @@ def _c_compilation(exclude) -> dict:
     kwargs = {"mode": get_default_mode().excluding(*exclude)} if exclude else {}
 
     def compile_(inputs, outputs):
-        with _precompiled_headers():
+        with _our_c_modules():
             return pytensor.function(inputs, outputs, on_unused_input="ignore", trust_input=True, **kwargs)
 
     return {"compile_": compile_, "context": ("compile_function", tuple(exclude)),
-            "load_context": _precompiled_headers}
+            "load_context": _our_c_modules}
 
 
 def _python_compilation(arrays) -> dict:
@@ -200,9 +201,11 @@ _compile_str_lock = threading.RLock()
 
 
 @contextmanager
-def _precompiled_headers():
-    """GCC runs with the precompiled header for the C modules compiled meanwhile, under the module
-    keys PyTensor gives them without it.
+def _our_c_modules():
+    """GCC builds the C modules of the functions compiled or loaded meanwhile with the precompiled
+    header, and a function's missing modules side by side, one GCC per core
+    (:mod:`~pymc_subsample.model.side_by_side`), under the module keys PyTensor gives them without
+    either.
 
     The header's flags are added to the compiler's command line (``GCC_compiler.compile_str``'s
     ``preargs``), not to ``gcc__cxxflags``, which PyTensor puts in every module's cache key: with the
@@ -214,26 +217,25 @@ def _precompiled_headers():
     A module built with the header is the same code (the header holds the includes every module
     starts with; ``-g0`` drops debug information only), so either build may serve either key.
     """
-    extra = precompiled_header_flags()
-    if not extra:
-        yield
-        return
     from pytensor.link.c.cmodule import GCC_compiler
 
-    extra = extra.split(" ")
+    extra = precompiled_header_flags()
     with _compile_str_lock:
         original = GCC_compiler.__dict__["compile_str"]
         compile_str = original.__func__
+        if extra:
+            extra = extra.split(" ")
 
-        def with_header(module_name, src_code, location=None, include_dirs=None, lib_dirs=None, libs=None,
-                        preargs=None, **kwargs):
-            # after PyTensor's own flags, so that -g0 overrides its -g
-            return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs,
-                               [*(preargs or ()), *extra], **kwargs)
-
-        GCC_compiler.compile_str = staticmethod(with_header)
+            def with_header(module_name, src_code, location=None, include_dirs=None, lib_dirs=None,
+                            libs=None, preargs=None, **kwargs):
+                # after PyTensor's own flags, so that -g0 overrides its -g
+                return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs,
+                                   [*(preargs or ()), *extra], **kwargs)
+        else:
+            with_header = compile_str
         try:
-            yield
+            with modules_side_by_side(GCC_compiler, with_header):
+                yield
         finally:
             GCC_compiler.compile_str = original
 
