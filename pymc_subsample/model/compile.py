@@ -8,7 +8,8 @@ GCC a *precompiled header* of exactly those headers, built once per machine (abo
 PyTensor's compile directory, through PyTensor's public ``gcc__cxxflags`` setting, changed only
 while our functions compile. GCC itself checks the precompiled header against the flags of each
 module and falls back to reading the headers when it does not match, so the result is the same
-code either way; with another compiler (clang, MSVC) nothing changes.
+code either way; with another compiler (clang, MSVC) nothing changes. The modules a function
+misses are built side by side, one GCC process per core (:mod:`~pymc_subsample.model.side_by_side`).
 """
 
 from __future__ import annotations
