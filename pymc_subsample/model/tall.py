@@ -22,7 +22,7 @@ from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import applys_between
 from pytensor.ifelse import ifelse
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.math import Dot
+from pytensor.tensor.math import Dot, variadic_add
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import (
@@ -100,8 +100,12 @@ class TallModel:
         self.initial_point = self.model.initial_point()
         for n_rows in set(lengths.values()):
             _check_no_row_sized_free_variables(self.model, self.initial_point, n_rows)
-        loglik_rows, self.data_sets = _loglik_rows_graph(self.model, lengths)
-        prior = self.model.logp(vars=self.model.free_RVs + self.model.potentials, jacobian=True)
+        # one call for the rows' and the prior's terms: each call derives the logp of the whole
+        # model's graph (PyMC's rewriting), so two cost twice (18.9 against 42.4 ms, linear)
+        model = self.model
+        terms = model.logp(vars=[*model.observed_RVs, *model.free_RVs, *model.potentials], sum=False)
+        loglik_rows, self.data_sets = _loglik_rows_graph(model, lengths, terms[:len(model.observed_RVs)])
+        prior = variadic_add(*(term.sum() for term in terms[len(model.observed_RVs):]))  # as model.logp
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
             raise ValueError(
@@ -652,11 +656,11 @@ def _check_no_row_sized_free_variables(model, point, n_rows):
             )
 
 
-def _loglik_rows_graph(model, lengths):
+def _loglik_rows_graph(model, lengths, terms):
     """(ℓ_k over the N rows, as one graph; where the observed variables' lengths differ, each one's
-    :class:`~pymc_subsample.model.stacked.DataSetRows` on the stacked axis, else None).
+    :class:`~pymc_subsample.model.stacked.DataSetRows` on the stacked axis, else None), from the
+    observed variables' elementwise log-likelihoods ``terms``.
     """
-    terms = model.logp(vars=model.observed_RVs, sum=False)
     rows = []
     for rv, term in zip(model.observed_RVs, terms):
         if term.ndim == 0:
