@@ -239,3 +239,21 @@ def test_a_module_whose_build_failed_is_compiled_again_in_the_callers_thread(mon
     assert len(in_caller) >= 3 and len(threads) > len(in_caller), threads
     values = np.linspace(-0.5, 0.5, 5)
     np.testing.assert_allclose(ours(values)[0], numpy_value(values), rtol=1e-13)
+
+
+def test_without_a_folder_for_the_builds_the_modules_are_compiled_in_the_callers_thread(monkeypatch):
+    """Another process's cache clean-up may remove an empty folder: when the builds' folder cannot
+    be made, nothing fails, and the caller's thread compiles as PyTensor does."""
+    from pymc_subsample.model import side_by_side
+
+    def no_folder(*args, **kwargs):
+        raise FileNotFoundError("removed meanwhile")
+
+    monkeypatch.setattr(side_by_side, "build_jobs", lambda: 2)
+    monkeypatch.setattr(side_by_side, "_new_folder", no_folder)
+    x, graph, numpy_value = _three_new_fused_ops()
+    threads = _compiles_by_thread(monkeypatch)
+    ours = compile_function([x], [graph])
+    assert len(threads) >= 3 and not [name for name in threads if name.startswith("gcc")], threads
+    values = np.linspace(-0.5, 0.5, 5)
+    np.testing.assert_allclose(ours(values)[0], numpy_value(values), rtol=1e-13)

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytensor
+from pytensor.link.c.cmodule import get_lib_extension
 
 __all__ = ["build_jobs", "modules_side_by_side"]
 
@@ -60,46 +61,65 @@ class _Linking:
         self.pool: ThreadPoolExecutor | None = None
         self.builds: dict[tuple, tuple[Future, Path]] = {}
         self.folder: Path | None = None
+        self.started = False
 
     def start(self, compile_str, asked: tuple) -> None:
-        """Hand the asked-for module and every other missing module of the graph to GCC."""
-        self.folder = Path(tempfile.mkdtemp(prefix="side_by_side_", dir=pytensor.config.compiledir))
-        self.pool = ThreadPoolExecutor(max_workers=build_jobs(), thread_name_prefix="gcc")
-        self._submit(compile_str, asked)
-        for compilation in _missing_compilations(self.fgraph):
-            self._submit(compile_str, compilation)
+        """Hand the asked-for module and every other missing module of the graph to GCC (as many
+        as it could: a folder it cannot make, e.g. one another process's cache clean-up removed
+        while still empty, leaves the rest to the caller's thread).
+        """
+        self.started = True
+        try:
+            self.folder = _new_folder(pytensor.config.compiledir, "side_by_side_")
+            self.pool = ThreadPoolExecutor(max_workers=build_jobs(), thread_name_prefix="gcc")
+            self._submit(compile_str, asked)
+            for compilation in _missing_compilations(self.fgraph):
+                self._submit(compile_str, compilation)
+        except OSError:
+            pass
 
     def _submit(self, compile_str, compilation: tuple) -> None:
         if compilation in self.builds:
             return
         module_name, src_code, include_dirs, lib_dirs, libs, preargs, hide_symbols = compilation
-        location = Path(tempfile.mkdtemp(dir=self.folder))
+        location = _new_folder(self.folder)
         future = self.pool.submit(compile_str, module_name, src_code, str(location), list(include_dirs),
                                   list(lib_dirs), list(libs), list(preargs), py_module=False,
                                   hide_symbols=hide_symbols)
         self.builds[compilation] = (future, location)
 
-    def take(self, compilation: tuple) -> Path | None:
-        """The folder of a successful build of ``compilation``, once done; None where it was not
-        foreseen or failed.
+    def install(self, compilation: tuple, location: str) -> str | None:
+        """Move a successful build of ``compilation`` into ``location``, the folder PyTensor made for
+        it, and give its library's path; None where it was not foreseen, failed or could not be
+        moved (the caller's thread then compiles it, and reports PyTensor's own error if any).
         """
         build = self.builds.pop(compilation, None)
         if build is None:
             return None
-        future, location = build
+        future, built = build
+        library = f"{compilation[0]}.{get_lib_extension()}"
         try:
             future.result()
-        except Exception:  # built again in the caller's thread, which reports PyTensor's own error
+            for name in (library, "mod.cpp"):
+                os.replace(built / name, Path(location) / name)
+        except Exception:  # noqa: BLE001 - any failure: compiled again where PyTensor would compile it
             return None
-        return location
+        finally:
+            shutil.rmtree(built, ignore_errors=True)
+        (Path(location) / "__init__.py").touch()
+        return os.path.join(location, library)
 
     def close(self) -> None:
-        if self.pool is None:
-            return
-        for future, _ in self.builds.values():
-            future.cancel()
-        self.pool.shutdown(wait=True)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.pool is not None:
+            for future, _ in self.builds.values():
+                future.cancel()
+            self.pool.shutdown(wait=True)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _new_folder(parent, prefix="") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def _compilation(module_name, src_code, include_dirs, lib_dirs, libs, preargs, hide_symbols) -> tuple:
@@ -144,7 +164,7 @@ def modules_side_by_side(gcc_compiler, compile_str):
     runs under, e.g. with a precompiled header's flags); the caller restores ``compile_str`` and
     serialises openings. On a machine with one core, ``compile_str`` alone.
     """
-    from pytensor.link.c.cmodule import dlimport, get_lib_extension
+    from pytensor.link.c.cmodule import dlimport
     from pytensor.link.vm import VMLinker
 
     if build_jobs() < 2:
@@ -159,18 +179,13 @@ def modules_side_by_side(gcc_compiler, compile_str):
             return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs, preargs,
                                py_module=py_module, hide_symbols=hide_symbols)
         asked = _compilation(module_name, src_code, include_dirs, lib_dirs, libs, preargs, hide_symbols)
-        if linking.pool is None:
+        if not linking.started:
             linking.start(compile_str, asked)
-        built = linking.take(asked)
-        if built is None:
+        library = linking.install(asked, location)
+        if library is None:
             return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs, preargs,
                                py_module=py_module, hide_symbols=hide_symbols)
-        library = f"{module_name}.{get_lib_extension()}"
-        for name in (library, "mod.cpp"):
-            os.replace(built / name, Path(location) / name)
-        (Path(location) / "__init__.py").touch()
-        shutil.rmtree(built, ignore_errors=True)
-        return dlimport(os.path.join(location, library))
+        return dlimport(library)
 
     make_all = VMLinker.__dict__["make_all"]
 
