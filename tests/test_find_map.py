@@ -226,3 +226,33 @@ def test_the_trust_region_bounds_each_coordinates_step_and_only_where_it_must():
     np.testing.assert_array_equal(damped - np.diag(np.diag(damped)), quadratic - np.diag(np.diag(quadratic)))
     assert damped[0, 0] == -4.0 and damped[1, 1] == pytest.approx(-10.0 / TRUST_RADIUS)
     assert abs(10.0 / damped[1, 1]) == pytest.approx(TRUST_RADIUS)
+
+
+def test_a_subsets_rows_are_gathered_once_while_passes_are_remembered(monkeypatch):
+    """The centre's subset MAP evaluates the same rows many times: within a remembered block they
+    are gathered once (and the sums are those of a fresh gather); outside, and after, every call
+    gathers them again, so data changed later is read afresh."""
+    from zoo import build
+
+    from pymc_subsample.model.chunks import chunked_sum, remembered_passes
+
+    tall = pms.TallModel(build("poisson_offset", 5_000))
+    gathers = []
+    gather = tall.gather
+    # the subset's chunks (1,000 and 500 rows; the set-up functions gather a few rows of their own)
+    monkeypatch.setattr(tall, "gather",
+                        lambda idx: (len(idx) >= 500 and gathers.append(len(idx))) or gather(idx))
+    rows = np.random.default_rng(0).choice(tall.n_rows, 1_500, replace=False)
+    theta = tall.initial_theta
+    fresh = chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, rows=rows, chunk_size=1_000)
+    assert gathers == [1_000, 500]
+    gathers.clear()
+    with remembered_passes(tall):
+        for point in (theta, theta + 0.1, theta):
+            sums = chunked_sum(tall, tall.loglik_sum_value_and_grad, point, rows=rows, chunk_size=1_000)
+    assert gathers == [1_000, 500]
+    for got, want in zip(sums, fresh, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+    gathers.clear()
+    chunked_sum(tall, tall.loglik_sum_value_and_grad, theta, rows=rows, chunk_size=1_000)
+    assert gathers == [1_000, 500]
