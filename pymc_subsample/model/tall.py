@@ -211,24 +211,24 @@ class TallModel:
         it every iteration. ``setup=True`` takes them from the set-up function instead, which
         set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call. A
         distributional regression, whose set-up sums come from η, has no set-up function: there the
-        set-up's ~100-200 calls (the centre's optimiser, the prior Hessian's differences) go to the
-        same graph on PyTensor's Python linker, ~0.1 ms a call against 2 s of a first run's C
-        compilation of its fused kernels (measured on the non-centred hierarchical model; 0.5 s
-        after the rest of its set-up's modules in the sixteenth session, when the C version also
-        gained nothing warm: the cost there was building the gradient, now skipped on a hit).
+        set-up's ~100-250 calls (the centre's optimiser, the prior Hessian's differences) go to the
+        small function too. (They went to the same graph on PyTensor's Python linker, to spare a
+        first run the C compilation of its fused kernels; at 0.7 ms a call on the centred
+        hierarchical model, 227 calls were 0.16 s of its 0.5 s warm set-up at 10⁶ rows. Since a
+        function's modules are built side by side (:mod:`~pymc_subsample.model.side_by_side`)
+        those kernels cost a first run little.)
         """
         if setup and not self.uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
             return prior, prior_grad
-        key = "prior_setup" if setup else "prior"
-        if key not in self._functions:
+        if "prior" not in self._functions:
             # keyed by the prior's graph: a set-up that finds the function on disk builds no gradient
-            self._functions[key] = compile_derived(
+            self._functions["prior"] = compile_derived(
                 [self.theta], [self.prior_graph], lambda: [self.prior_graph, self.prior_grad_graph],
-                "log prior and its gradient", python=setup)
-        return tuple(self._functions[key](_as_theta(theta, self.theta.dtype)))
+                "log prior and its gradient")
+        return tuple(self._functions["prior"](_as_theta(theta, self.theta.dtype)))
 
     def prior_hessian(self, theta):
         """Hessian of log p(theta) on the unconstrained scale, shape (d, d).
