@@ -183,17 +183,15 @@ def modules_side_by_side(gcc_compiler, compile_str):
     def side_by_side(module_name, src_code, location=None, include_dirs=None, lib_dirs=None, libs=None,
                      preargs=None, py_module=True, hide_symbols=True):
         linking = getattr(_linking, "current", None)
-        if linking is None or not py_module or location is None:
-            return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs, preargs,
-                               py_module=py_module, hide_symbols=hide_symbols)
-        asked = _compilation(module_name, src_code, include_dirs, lib_dirs, libs, preargs, hide_symbols)
-        if not linking.started:
-            linking.start(compile_str, asked)
-        library = linking.install(asked, location)
-        if library is None:
-            return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs, preargs,
-                               py_module=py_module, hide_symbols=hide_symbols)
-        return dlimport(library)
+        if linking is not None and py_module and location is not None:  # a module of a linked function
+            asked = _compilation(module_name, src_code, include_dirs, lib_dirs, libs, preargs, hide_symbols)
+            if not linking.started:
+                linking.start(compile_str, asked)
+            library = linking.install(asked, location)
+            if library is not None:
+                return dlimport(library)
+        return compile_str(module_name, src_code, location, include_dirs, lib_dirs, libs, preargs,
+                           py_module=py_module, hide_symbols=hide_symbols)
 
     make_all = VMLinker.__dict__["make_all"]
 
