@@ -1,5 +1,6 @@
 """Compiled functions kept on disk (model/function_cache.py): keys, loading, shared variables."""
 
+import os
 import pickle
 
 import numpy as np
@@ -41,7 +42,13 @@ def cache(tmp_path, monkeypatch):
 
     monkeypatch.setattr(function_cache, "cached_function", counting)
     monkeypatch.setattr(function_cache, "cached_derived_function", counting_derived)
+    monkeypatch.setattr(function_cache, "_in_memory_functions", {})
     return tmp_path, compiled
+
+
+def as_in_a_new_process():
+    """Forget the functions this process keeps in memory: the next use loads its file."""
+    function_cache._in_memory_functions.clear()
 
 
 def graph(scale=2.0, dtype="float64", name="x"):
@@ -83,7 +90,8 @@ def test_a_second_compilation_of_the_same_graph_is_loaded_not_compiled(cache):
     folder, compiled = cache
     first = compile_function(*graph())
     assert len(compiled) == 1 and len(list(folder.glob("*.pkl"))) == 1
-    again = compile_function(*graph())  # as a new process would build it
+    as_in_a_new_process()
+    again = compile_function(*graph())
     assert len(compiled) == 1, "the graph was rewritten and compiled again"
     x, y = np.array([0.1, -0.4]), np.array([2.0, 3.0])
     for a, b in zip(first(x, y), again(x, y), strict=True):
@@ -114,6 +122,7 @@ def test_a_file_holds_the_compiled_function_not_the_graph_it_was_rewritten_from(
     assert path.stat().st_size < own / 3 and len(pickled) < own / 3, (path.stat().st_size, len(pickled), own)
     a, b = np.array([0.3, -1.2, 2.0]), np.array([1.5, 0.2, -0.7])
     expected = plain(a, b)
+    as_in_a_new_process()
     again = compile_function(*gradient_graph())  # loaded from the file
     for loaded in (pickle.loads(path.read_bytes()), pickle.loads(pickled)):
         assert all(o.variable in loaded.maker.fgraph.variables for o in loaded.maker.outputs)
@@ -206,6 +215,7 @@ def test_a_second_set_up_derives_no_estimator_graph_and_another_n_gets_its_own(c
     set_up(2000)
     assert built
     before = len(built)
+    as_in_a_new_process()
     set_up(2000)
     assert len(built) == before, "a second set-up built the estimator's graph again"
     others = [set_up(2001), set_up(2000, prior_sd=0.1)]
@@ -216,6 +226,30 @@ def test_a_second_set_up_derives_no_estimator_graph_and_another_n_gets_its_own(c
         fresh = target_module.SubsampledTarget(other.tall, other.proxy.center)
         np.testing.assert_allclose(other.target.perturbed(theta, batch)[0], fresh.perturbed(theta, batch)[0],
                                    rtol=1e-12)
+
+
+def test_a_function_used_again_in_the_process_is_taken_from_memory_while_its_file_is_unchanged(
+        cache, monkeypatch):
+    folder, compiled = cache
+    loads = []
+    load = function_cache._load
+    monkeypatch.setattr(function_cache, "_load", lambda *args: loads.append(args) or load(*args))
+    first = compile_function(*graph())
+    (path,) = folder.glob("*.pkl")
+    assert compile_function(*graph()) is first and not loads, "the file was loaded and linked again"
+    path.write_bytes(path.read_bytes() + b"")  # the same bytes, written again: another version
+    os.utime(path, ns=(0, 0))
+    loaded = compile_function(*graph())
+    assert len(loads) == 1 and loaded is not first and len(compiled) == 1
+    assert compile_function(*graph()) is loaded and len(loads) == 1
+    np.testing.assert_allclose(loaded(np.zeros(1), np.ones(1))[0], [2.0])
+    path.unlink()
+    compile_function(*graph())
+    assert len(compiled) == 2, "a removed file's function was taken from memory"
+    monkeypatch.setattr(function_cache, "MAX_KEPT_IN_MEMORY", 1)
+    compile_function(*graph(scale=3.0))  # the only one kept now
+    compile_function(*graph())
+    assert len(loads) == 2 and len(compiled) == 3
 
 
 def test_a_damaged_file_is_compiled_again_and_replaced(cache):
@@ -270,6 +304,7 @@ def test_a_second_set_up_of_a_model_with_dims_and_data_compiles_nothing(cache):
         pm.Normal("y", a[g], sigma, observed=pm.Data("y_obs", y))
         first = pms.HMCECS(rng=0, progressbar=False)
         before = len(compiled)
+        as_in_a_new_process()
         second = pms.HMCECS(rng=0, progressbar=False)
     assert before >= 5 and len(compiled) == before, f"{len(compiled) - before} of {before} compiled again"
     theta = first.proxy.center + 0.01
@@ -297,6 +332,7 @@ def test_a_set_up_on_other_data_of_a_model_with_many_groups_compiles_nothing(cac
         assert first.tall.regression_view.phi is not None and first.target.proxy.sum_in_graph
         before = len(compiled)
         pm.set_data({"y_obs": (rng.random(n) < 0.6).astype(float)})
+        as_in_a_new_process()
         second = pms.HMCECS(rng=0, progressbar=False)
     assert abs(second.target.proxy.loglik_sum - first.target.proxy.loglik_sum) > 1.0  # other sums
     assert before >= 5 and len(compiled) == before, f"compiled again: {[g for g in compiled[before:]]}"

@@ -46,7 +46,13 @@ from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_python, has_blockwise
+from pymc_subsample.model.compile import (
+    SLOW_REWRITES,
+    compile_derived,
+    compile_function,
+    compile_python,
+    has_blockwise,
+)
 from pymc_subsample.model.one_hot import PointLayout, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
@@ -201,11 +207,12 @@ class DistributionalRegression:
             total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
 
-    def derivative_graphs(self, etas):
+    def derivative_graphs(self, etas, value=None):
         """f, ∂_j f and ∂_jl f (j ≤ l) at ``etas``, elementwise (rows are independent, so the
-        gradient of a sum over rows is the per-row derivative).
+        gradient of a sum over rows is the per-row derivative); ``value``: f at ``etas``, where
+        built already.
         """
-        value = self.loglik_graph(etas)
+        value = self.loglik_graph(etas) if value is None else value
         first = pytensor.grad(value.sum(), etas, disconnected_inputs="ignore")
         second = {}
         for j in range(self.n_eta):
@@ -294,14 +301,21 @@ class DistributionalRegression:
         (the set-up's Σ H_k and the estimator's terms at θ* share it).
         """
         if self._terms_function is None:
-            value, first, second = self.derivative_graphs(self.eta_rows)
-            terms = RowTerms(self.eta_rows, value, first, second).flat()
-            # each term as long as the rows: ``second`` (elementwise), not ``broadcast_to``, whose
-            # Alloc folds ``value.shape`` symbolically while the graph is built (10 ms a term, 86 ms
-            # of a 0.4 s warm set-up of the linear zoo model); the rewrites make it an Alloc anyway
-            outputs = [pt.second(value, t) for t in terms]
-            inputs = [self.tall.theta, *self.tall.batch_inputs]
-            self._terms_function = compile_function(inputs, outputs, exclude=SLOW_REWRITES)
+            value = self.loglik_graph(self.eta_rows)
+
+            def derive():
+                terms = RowTerms(self.eta_rows, *self.derivative_graphs(self.eta_rows, value)).flat()
+                # each term as long as the rows: ``second`` (elementwise), not ``broadcast_to``,
+                # whose Alloc folds ``value.shape`` symbolically while the graph is built (10 ms a
+                # term, 86 ms of a 0.4 s warm set-up of the linear zoo model); the rewrites make it
+                # an Alloc anyway
+                return [pt.second(value, t) for t in terms]
+
+            # kept under a key of f and η: a set-up that finds it builds no derivative of f
+            # (40-120 ms of a warm set-up of the zoo's regressions, nineteenth session)
+            self._terms_function = compile_derived(
+                [self.tall.theta, *self.tall.batch_inputs], [value, *self.eta_rows], derive,
+                "row terms: f, its first and second derivatives in η", exclude=SLOW_REWRITES)
         values = self._terms_function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
         return RowTerms.from_flat(values, self.n_eta, self.pairs)
 
@@ -410,7 +424,8 @@ class PointsFunction:
         if self.vectorised is None:
             self.vectorised = _vectorised_function(self._inputs, self._graphs, self._batch_inputs) or False
         if self.vectorised is not False:
-            values = self.vectorised(*self._split_points(points), *batch)
+            # the function takes ``inputs`` last, unused (:func:`_vectorised_function`)
+            values = self.vectorised(*self._split_points(points), *batch, *[None] * len(self._inputs))
             if all(np.shape(v) == shape for v in values):
                 return [np.asarray(v, dtype=float) for v in values]
             self.vectorised = False  # a graph not given per row: one call per point
@@ -424,23 +439,31 @@ class PointsFunction:
 
 def _vectorised_function(inputs, graphs, batch_inputs):
     """``graphs`` with a leading axis of k points on each of ``inputs``, compiled (inputs: the
-    batched ``inputs``, then ``batch_inputs``); None where PyTensor cannot vectorise them, or only
-    with a Blockwise node (a Python loop over the points).
+    batched ``inputs``, then ``batch_inputs``, then ``inputs`` themselves, unused: the function is
+    kept on disk under a key of ``graphs``, which are graphs of them); None where PyTensor cannot
+    vectorise them, or only with a Blockwise node (a Python loop over the points).
 
     Why: the set-up's Jacobian of an affine η takes η at d + 1 points per chunk of rows. One call
     at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times:
-    at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way.
+    at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way. Kept under
+    a key of ``graphs``, a set-up that finds it does not vectorise them again (PyTensor infers
+    every new node's static shape: 30-120 ms of a warm set-up of the zoo's regressions,
+    nineteenth session).
     """
     points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
               for x in inputs]
-    # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the
-    # value itself is what η needs
-    views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
-    graphs = pytensor.graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
-                                    strict=False)
+
+    def derive():
+        # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the
+        # value itself is what η needs
+        views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
+        plain = pytensor.graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
+                                       strict=False)
+        return vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
+
     try:
-        outputs = vectorize_graph(list(graphs), dict(zip(inputs, points, strict=True)))
-        function = compile_function([*points, *batch_inputs], outputs)
+        function = compile_derived([*points, *batch_inputs, *inputs], list(graphs), derive,
+                                   "graphs vectorised over points of their inputs")
     except (NotImplementedError, TypeError, ValueError):
         return None
     return None if has_blockwise(function) else function
