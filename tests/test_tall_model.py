@@ -161,3 +161,38 @@ def test_an_n_row_constant_outside_the_likelihood_is_refused():
         _repeated_rows([pt.vector("x") * varying], {}, n, pt.constant(5), single_row=False)
     repeated = _repeated_rows([pt.vector("x") * pt.constant(np.ones(n))], {}, n, pt.constant(5), False)
     assert [v.eval().shape for v in repeated.values()] == [(5,)]
+
+
+def test_the_initial_point_is_pymcs_from_a_function_compiled_once():
+    """TallModel's initial point is ``model.initial_point()`` (transformed names, values, dtypes),
+    by each variable's own strategy (a user's initval included), from a function kept by the
+    function cache; a strategy that draws random numbers gets PyMC's own call."""
+    from pymc_subsample.model import function_cache
+    from pymc_subsample.model.tall import model_initial_point
+
+    rng = np.random.default_rng(0)
+    with pm.Model(coords={"group": range(4)}) as model:
+        b = pm.Normal("b", 0, 1, shape=2, initval=np.array([0.5, -1.5]))
+        s = pm.HalfNormal("s", 2.0)
+        a = pm.Normal("a", 0, s, dims="group")
+        g = pm.Data("g", rng.integers(0, 4, size=50))
+        pm.Normal("y", a[g] + b[0] + b[1] * rng.normal(size=50), s, observed=rng.normal(size=50))
+    expected = model.initial_point()
+    calls = []
+    compile_ = function_cache.cached_function
+    try:
+        function_cache.cached_function = lambda *args, **kwargs: calls.append(1) or compile_(*args, **kwargs)
+        got = model_initial_point(model)
+    finally:
+        function_cache.cached_function = compile_
+    assert calls, "the initial point was not computed by a cached function"
+    assert got.keys() == expected.keys() == {"b", "s_log__", "a"}
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype
+        np.testing.assert_array_equal(got[name], value)
+    np.testing.assert_array_equal(got["b"], [0.5, -1.5])
+    with pm.Model() as drawn:
+        pm.Normal("c", 0, 1, initval="prior")
+        pm.Normal("y", 0, 1, observed=np.zeros(3))
+    first, second = model_initial_point(drawn), model_initial_point(drawn)
+    assert first["c"] != second["c"], "a prior draw as initial value was not drawn again"
