@@ -2,13 +2,14 @@
 
 Per zoo model (tests/zoo.py, X and y as pm.Data), at each N: constructing ``pms.HMCECS()`` again
 in the process, as a multiple of one full-data gradient of PyMC's own at N (``logp_dlogp_function``
-at HMCECS's centre), in two ways: with the compiled functions the process keeps in memory (a second
-set-up in one session: a notebook cell run again, a loop over data sets), and with that memory
-cleared, so that each function is loaded from the disk cache and linked again, as in a new process
-(less the imports, and the reading of PyTensor's module index, which ``zoo.py``'s new-process column
-includes); each the median of three constructions. Then the part that does not grow with N (the
-same constructions on 2·10⁴ rows, whose passes cost 2% of a 10⁶-row one) and the rest, the set-up's
-work on the rows, in the same unit; and how many full passes over the rows the set-up made
+at HMCECS's centre, timed beside each construction: :func:`warm_setup`), in two ways: with the
+compiled functions the process keeps in memory (a second set-up in one session: a notebook cell run
+again, a loop over data sets), and with that memory cleared, so that each function is loaded from
+the disk cache and linked again, as in a new process (less the imports, and the reading of
+PyTensor's module index, which ``zoo.py``'s new-process column includes); each the median of five
+constructions. Then the part that does not grow with N (the same constructions on 2·10⁴ rows,
+whose passes cost 2% of a 10⁶-row one) and the rest, the set-up's work on the rows, in passes of the
+best of five gradients; and how many full passes over the rows the set-up made
 (``TallModel.full_passes``: the centre's, the proxy's).
 
 The row part in passes is what the set-up costs as N grows; the fixed part is set against PyMC's
@@ -38,29 +39,41 @@ warnings.filterwarnings("ignore")
 SMALL = 20_000
 
 
-def warm_setup(model, repeats=3):
-    """(median seconds of constructing HMCECS on ``model`` again with the process's functions in
-    memory, the same with them loaded from the disk cache, the last step).
+def warm_setup(model, repeats=5):
+    """Constructing HMCECS on ``model`` again, ``repeats`` times each way: (median seconds with the
+    process's functions in memory, the same loaded from the disk cache, the medians of each in
+    passes of PyMC's full gradient, the last step).
+
+    A pass is timed just before each construction (best of 3 calls at the step's centre), and each
+    construction is counted in the passes of its own moment: on a shared machine whose speed
+    changes by 2-3x from one minute to the next, a set-up timed at one moment and a pass at another
+    gave ratios that moved by as much.
     """
     with model:
-        pms.HMCECS(rng=0, progressbar=False)
-        in_memory, from_disk = [], []
+        step = pms.HMCECS(rng=0, progressbar=False)
+        gradient = pymc_gradient(model, step.proxy.center)
+        seconds = {"memory": [], "disk": []}
+        passes = {"memory": [], "disk": []}
         for _ in range(repeats):
-            start = time.perf_counter()
-            step = pms.HMCECS(rng=0, progressbar=False)
-            in_memory.append(time.perf_counter() - start)
-            function_cache._in_memory_functions.clear()  # as a new process finds them
-            start = time.perf_counter()
-            step = pms.HMCECS(rng=0, progressbar=False)
-            from_disk.append(time.perf_counter() - start)
-        return statistics.median(in_memory), statistics.median(from_disk), step
+            for way in ("memory", "disk"):
+                if way == "disk":
+                    function_cache._in_memory_functions.clear()  # as a new process finds them
+                pass_s = best_time(gradient, 3)
+                start = time.perf_counter()
+                step = pms.HMCECS(rng=0, progressbar=False)
+                seconds[way].append(time.perf_counter() - start)
+                passes[way].append(seconds[way][-1] / pass_s)
+    median = statistics.median
+    return (median(seconds["memory"]), median(seconds["disk"]), median(passes["memory"]),
+            median(passes["disk"]), step, gradient)
 
 
-def pymc_gradient_seconds(model, center):
+def pymc_gradient(model, center):
+    """PyMC's full-data log-density and gradient at ``center``, as NUTS evaluates it."""
     with model:
         full = model.logp_dlogp_function(ravel_inputs=True)
     full.set_extra_values({})
-    return best_time(lambda: full(center), 5)
+    return lambda: full(center)
 
 
 def main():
@@ -74,15 +87,15 @@ def main():
           "fixed part (s) | from disk | row part in passes | full passes made |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models:
-        fixed, fixed_disk, _ = warm_setup(build(name, SMALL))
+        fixed, fixed_disk, *_ = warm_setup(build(name, SMALL))
         for n_rows in args.rows:
             model = build(name, n_rows)
-            seconds, disk, step = warm_setup(model)
-            pass_s = pymc_gradient_seconds(model, step.proxy.center)
-            print(f"| {name} | {n_rows:.0e} | {pass_s * 1e3:.1f} | {seconds:.2f} | {seconds / pass_s:.1f} | "
-                  f"{disk:.2f} | {disk / pass_s:.1f} | {fixed:.2f} | {fixed_disk:.2f} | "
+            seconds, disk, passes, disk_passes, step, gradient = warm_setup(model)
+            pass_s = best_time(gradient, 5)
+            print(f"| {name} | {n_rows:.0e} | {pass_s * 1e3:.1f} | {seconds:.2f} | {passes:.1f} | "
+                  f"{disk:.2f} | {disk_passes:.1f} | {fixed:.2f} | {fixed_disk:.2f} | "
                   f"{(seconds - fixed) / pass_s:.1f} | {step.tall.full_passes} |", flush=True)
-            del model, step
+            del model, step, gradient
             gc.collect()
 
 if __name__ == "__main__":
