@@ -3,8 +3,10 @@
 import os
 import pickle
 import shlex
+import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytensor
@@ -208,6 +210,9 @@ def test_a_functions_missing_modules_are_built_side_by_side_under_pytensors_keys
     from pymc_subsample.model import side_by_side
 
     monkeypatch.setattr(side_by_side, "build_jobs", lambda: jobs)
+    made, new_folder = [], side_by_side._new_folder
+    monkeypatch.setattr(side_by_side, "_new_folder",
+                        lambda parent, *a: made.append(Path(parent)) or new_folder(parent, *a))
     x, graph, numpy_value = _three_new_fused_ops()
     threads = _compiles_by_thread(monkeypatch)
     ours = compile_function([x], [graph])
@@ -222,8 +227,36 @@ def test_a_functions_missing_modules_are_built_side_by_side_under_pytensors_keys
     theirs = pytensor.function([x], graph)
     assert threads == [], "PyTensor compiled again modules built side by side"
     np.testing.assert_allclose(theirs(values), numpy_value(values), rtol=1e-13)
-    compiledir = pytensor.config.compiledir
-    assert not [f for f in os.listdir(compiledir) if f.startswith("side_by_side_")]
+    # none left of this process's build folders (another test run may be building meanwhile), and
+    # none where PyTensor's cache refresh reads (it takes an empty folder for a dead module's)
+    own = f"{side_by_side.FOLDER_PREFIX}{os.getpid()}_"
+    assert not [f for f in os.listdir(side_by_side.builds_folder()) if f.startswith(own)]
+    assert not [f for f in os.listdir(pytensor.config.compiledir) if f.startswith(own)]
+    assert made[:1] == ([side_by_side.builds_folder()] if jobs > 1 else []), made
+
+
+def test_build_folders_are_where_pytensors_cache_refresh_never_removes_them():
+    """Another process starting PyTensor's module cache meanwhile refreshes it, and its refresh
+    removes the compile directory's empty folders (a dead module's, it takes them for); when such a
+    folder was gone between its two readings, the refresh crashed that process. A build folder is
+    empty at first and after its builds are installed: it is made inside a folder that holds a note,
+    which the refresh keeps, and never looks into."""
+    from pytensor.link.c.cmodule import ModuleCache
+
+    from pymc_subsample.model import side_by_side
+
+    compiledir = Path(pytensor.config.compiledir)
+    parent = side_by_side.builds_folder()
+    assert parent.parent == compiledir and (parent / side_by_side.NOTE).exists()
+    ours = side_by_side._new_folder(parent, f"{side_by_side.FOLDER_PREFIX}{os.getpid()}_")
+    bare = side_by_side._new_folder(compiledir, f"{side_by_side.FOLDER_PREFIX}{os.getpid()}_")  # where made
+    try:
+        ModuleCache(str(compiledir)).refresh(cleanup=True)  # another process's, starting meanwhile
+        assert ours.is_dir() and (parent / side_by_side.NOTE).exists(), "the refresh removed a build folder"
+        assert not bare.exists(), "PyTensor's refresh keeps empty folders now: the reason above is gone"
+    finally:
+        shutil.rmtree(ours, ignore_errors=True)
+        shutil.rmtree(bare, ignore_errors=True)
 
 
 def test_a_module_whose_build_failed_is_compiled_again_in_the_callers_thread(monkeypatch):

@@ -46,6 +46,17 @@ _linking = threading.local()  # .current: the _Linking of the function this thre
 #: GCC processes at most at once, whatever the cores (one GCC took 0.15 GB at its peak on a 240 kB
 #: module of ours; a function here misses ~20 modules at most)
 MAX_BUILD_JOBS = 8
+#: where the build folders are made: a folder of the compile directory that is never empty (it
+#: holds :data:`NOTE`), so that PyTensor's cache refresh, which reads only the directory's own
+#: folders and takes an empty one for a dead module's, never touches them. Made in the compile
+#: directory itself, a build folder (empty at first) was removed by another process's refresh while
+#: in use, or was gone between that refresh's two readings of it, which crashed the other process
+#: (``FileNotFoundError`` in ``ModuleCache.refresh``: a chain process of ``pm.sample(cores=2)``
+#: starting while the other built, nineteenth session's CI).
+BUILDS_FOLDER = "pymc_subsample_builds"
+NOTE = "README.txt"
+#: a build folder's name starts so, then the pid of the process that made it
+FOLDER_PREFIX = "side_by_side_"
 
 
 def build_jobs() -> int:
@@ -78,7 +89,9 @@ class _Linking:
         """
         self.started = True
         try:
-            self.folder = _new_folder(pytensor.config.compiledir, "side_by_side_")
+            # the process in the name: another process building at the same time has folders of
+            # its own, which are not this one's leftovers
+            self.folder = _new_folder(builds_folder(), f"{FOLDER_PREFIX}{os.getpid()}_")
             self.pool = ThreadPoolExecutor(max_workers=build_jobs(), thread_name_prefix="gcc")
             self._submit(compile_str, asked)
             for compilation in _missing_compilations(self.fgraph):
@@ -124,6 +137,17 @@ class _Linking:
             self.pool.shutdown(wait=True)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def builds_folder() -> Path:
+    """:data:`BUILDS_FOLDER` in PyTensor's compile directory, made with its note where missing."""
+    folder = Path(pytensor.config.compiledir) / BUILDS_FOLDER
+    note = folder / NOTE
+    if not note.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        note.write_text("Folders of C modules being built by pymc_subsample (model/side_by_side.py); "
+                        "a process removes its own when its function is linked.\n")
+    return folder
 
 
 def _new_folder(parent, prefix="") -> Path:
