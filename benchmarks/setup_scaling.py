@@ -57,7 +57,7 @@ def warm_setup(model, repeats=5):
         for _ in range(repeats):
             for way in ("memory", "disk"):
                 if way == "disk":
-                    function_cache._in_memory_functions.clear()  # as a new process finds them
+                    function_cache.forget_functions_in_memory()  # as a new process finds them
                 pass_s = best_time(gradient, 3)
                 start = time.perf_counter()
                 step = pms.HMCECS(rng=0, progressbar=False)

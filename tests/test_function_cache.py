@@ -48,7 +48,7 @@ def cache(tmp_path, monkeypatch):
 
 def as_in_a_new_process():
     """Forget the functions this process keeps in memory: the next use loads its file."""
-    function_cache._in_memory_functions.clear()
+    function_cache.forget_functions_in_memory()
 
 
 def graph(scale=2.0, dtype="float64", name="x"):
@@ -237,7 +237,7 @@ def test_a_function_used_again_in_the_process_is_taken_from_memory_while_its_fil
     first = compile_function(*graph())
     (path,) = folder.glob("*.pkl")
     assert compile_function(*graph()) is first and not loads, "the file was loaded and linked again"
-    path.write_bytes(path.read_bytes() + b"")  # the same bytes, written again: another version
+    path.write_bytes(path.read_bytes())  # the same bytes, written again: another version
     os.utime(path, ns=(0, 0))
     loaded = compile_function(*graph())
     assert len(loads) == 1 and loaded is not first and len(compiled) == 1

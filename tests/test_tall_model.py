@@ -163,7 +163,7 @@ def test_an_n_row_constant_outside_the_likelihood_is_refused():
     assert [v.eval().shape for v in repeated.values()] == [(5,)]
 
 
-def test_the_initial_point_is_pymcs_from_a_function_compiled_once():
+def test_the_initial_point_is_pymcs_from_a_function_compiled_once(monkeypatch):
     """TallModel's initial point is ``model.initial_point()`` (transformed names, values, dtypes),
     by each variable's own strategy (a user's initval included), from a function kept by the
     function cache; a strategy that draws random numbers gets PyMC's own call."""
@@ -180,11 +180,9 @@ def test_the_initial_point_is_pymcs_from_a_function_compiled_once():
     expected = model.initial_point()
     calls = []
     compile_ = function_cache.cached_function
-    try:
-        function_cache.cached_function = lambda *args, **kwargs: calls.append(1) or compile_(*args, **kwargs)
-        got = model_initial_point(model)
-    finally:
-        function_cache.cached_function = compile_
+    monkeypatch.setattr(function_cache, "cached_function",
+                        lambda *args, **kwargs: calls.append(1) or compile_(*args, **kwargs))
+    got = model_initial_point(model)
     assert calls, "the initial point was not computed by a cached function"
     assert got.keys() == expected.keys() == {"b", "s_log__", "a"}
     for name, value in expected.items():

@@ -207,12 +207,11 @@ class DistributionalRegression:
             total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
 
-    def derivative_graphs(self, etas, value=None):
+    def derivative_graphs(self, etas, value):
         """f, ∂_j f and ∂_jl f (j ≤ l) at ``etas``, elementwise (rows are independent, so the
-        gradient of a sum over rows is the per-row derivative); ``value``: f at ``etas``, where
-        built already.
+        gradient of a sum over rows is the per-row derivative); ``value``: f at ``etas``
+        (:meth:`loglik_graph`).
         """
-        value = self.loglik_graph(etas) if value is None else value
         first = pytensor.grad(value.sum(), etas, disconnected_inputs="ignore")
         second = {}
         for j in range(self.n_eta):

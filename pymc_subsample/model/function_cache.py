@@ -91,7 +91,8 @@ from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.type import TensorType
 
 __all__ = ["MAX_CONSTANT_BYTES", "MAX_BYTES", "SharedAsInputs", "cache_enabled", "cache_folder",
-           "CompiledFunction", "cached_function", "compiled_function_bytes", "graph_key"]
+           "CompiledFunction", "cached_function", "compiled_function_bytes", "forget_functions_in_memory",
+           "graph_key"]
 
 #: constants larger than this (model data written as NumPy arrays) keep a graph out of the cache
 MAX_CONSTANT_BYTES = 1 << 20
@@ -446,8 +447,15 @@ def _in_memory(path):
         os.utime(path)  # recently used, for the files' pruning
     except OSError:
         return None
-    _in_memory_functions[path] = (_file_version(path), function)  # now the most recently used
+    _keep_in_memory(path, function)  # now the most recently used, under the touched file's version
     return function
+
+
+def forget_functions_in_memory():
+    """Forget the functions this process keeps in memory: each next use loads its file, as a new
+    process does (for benchmarks and tests of that path).
+    """
+    _in_memory_functions.clear()
 
 
 def _keep_in_memory(path, function):

@@ -716,8 +716,8 @@ def model_initial_point(model) -> dict:
         initval_strategies=dict(model.rvs_to_initial_values), return_transformed=True)
     if find_rng_nodes(values):
         return model.initial_point()
-    names = [get_transformed_name(rv.name, model.rvs_to_transforms[rv]) if model.rvs_to_transforms[rv]
-             else rv.name for rv in model.free_RVs]
+    names = [rv.name if model.rvs_to_transforms[rv] is None
+             else get_transformed_name(rv.name, model.rvs_to_transforms[rv]) for rv in model.free_RVs]
     return {name: np.asarray(value) for name, value in zip(names, compile_python([], values)(), strict=True)}
 
 
