@@ -205,3 +205,31 @@ def test_phi_jacobian_and_contracted_hessian_at_many_groups_equal_one_call_per_p
     hess = phi.contracted_hessian(theta, weights)
     assert phi._vectorised_fns["hessian"] is not None
     np.testing.assert_allclose(hess, central_hessian(lambda t: phi.vjp(t, weights), theta), atol=1e-8)
+
+
+def test_each_eta_reads_the_coordinates_of_its_own_parameters_only():
+    """The layout's coordinates read per η, from η's graph (:func:`coordinates_read`): the linear
+    model's mean η reads α and β, its scale η σ alone; a source read whole reads all of it."""
+    import pytensor.tensor as pt
+
+    from pymc_subsample.model.one_hot import coordinates_read
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 2))
+    with pm.Model() as model:
+        alpha = pm.Normal("alpha", 0, 1)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", alpha + pm.Data("x", x) @ beta, sigma, observed=x @ [1.0, -1.0] + rng.normal(size=500))
+    tall = pms.TallModel(model)
+    view = tall.regression_view
+    names = [None] * tall.ndim
+    for name, index in tall.theta_to_point(np.arange(tall.ndim, dtype=float)).items():
+        for i in np.ravel(index).astype(int):
+            names[i] = name
+    reads = view._layout().reads
+    assert [name for name, read in zip(names, reads[0]) if read] == ["alpha", "beta", "beta"]
+    assert [name for name, read in zip(names, reads[1]) if read] == ["sigma_log__"]
+    theta = pt.vector("theta")
+    whole = coordinates_read([theta[1:3].sum(), (theta * 2).sum()], [(theta, 0, 4)], 4)
+    np.testing.assert_array_equal(whole, [[False, True, True, False], [True] * 4])

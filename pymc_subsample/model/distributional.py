@@ -53,7 +53,7 @@ from pymc_subsample.model.compile import (
     compile_python,
     has_blockwise,
 )
-from pymc_subsample.model.one_hot import PointLayout, find_one_hot_blocks, jacobian_products
+from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
 __all__ = [
@@ -280,7 +280,8 @@ class DistributionalRegression:
             else:
                 sources, graphs, n = [(self.tall.theta, 0, self.tall.ndim)], self.eta_rows, self.tall.ndim
             blocks = find_one_hot_blocks(graphs, sources, self.tall.batch_inputs)
-            self._layouts[phi] = PointLayout(n, blocks, self.tall.batch_inputs)
+            self._layouts[phi] = PointLayout(n, blocks, self.tall.batch_inputs,
+                                             reads=coordinates_read(graphs, sources, n))
         return self._layouts[phi]
 
     def group_block_sizes(self, phi=False) -> list[int]:
