@@ -26,11 +26,15 @@ def test_observed_variables_with_different_lengths_are_stacked_not_refused():
     assert TallModel(model).data_set_rows == {"a": (0, 10), "b": (10, 22)}
 
 
-def test_observed_value_reducing_over_rows():
+@pytest.mark.parametrize("as_data", [False, True])
+def test_observed_value_reducing_over_rows(as_data):
+    """As a constant, and as pm.Data (a distributional regression's candidate: the rows' values
+    compared one by one)."""
     x = np.random.default_rng(0).normal(size=50)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0, 1)
-        pm.Normal("y", mu + pt.mean(pt.as_tensor(x) * mu), 1, observed=x)
+        x_ = pm.Data("x", x) if as_data else pt.as_tensor(x)
+        pm.Normal("y", mu + pt.mean(x_ * mu), 1, observed=x)
     with pytest.raises(ValueError, match="depends on other rows"):
         TallModel(model)
 

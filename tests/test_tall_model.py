@@ -194,3 +194,29 @@ def test_the_initial_point_is_pymcs_from_a_function_compiled_once(monkeypatch):
         pm.Normal("y", 0, 1, observed=np.zeros(3))
     first, second = model_initial_point(drawn), model_initial_point(drawn)
     assert first["c"] != second["c"], "a prior draw as initial value was not drawn again"
+
+
+def test_the_log_density_terms_are_derived_once_per_model_graph(monkeypatch):
+    """A second TallModel of an unchanged model takes the terms PyMC derived for the first; a
+    variable added, or ``check_bounds`` changed, derives them again, and the new tall model has
+    them (its d and its prior's value)."""
+    calls = []
+    logp = pm.Model.logp
+    monkeypatch.setattr(pm.Model, "logp", lambda self, *a, **k: calls.append(1) or logp(self, *a, **k))
+    rng = np.random.default_rng(0)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", pm.Data("x", rng.normal(size=(40, 2))) @ b, 1.0, observed=rng.normal(size=40))
+    first = TallModel(model)
+    second = TallModel(model)
+    assert len(calls) == 1
+    prior = first.prior_value_and_grad(np.ones(2))[0]
+    assert second.prior_value_and_grad(np.ones(2))[0] == pytest.approx(prior)
+    with model:
+        pm.Normal("c", 0, 1)
+    third = TallModel(model)
+    assert len(calls) == 2 and third.ndim == 3
+    assert third.prior_value_and_grad(np.ones(3))[0] == pytest.approx(3 * -0.5 - 3 * 0.5 * np.log(2 * np.pi))
+    model.check_bounds = False
+    TallModel(model)
+    assert len(calls) == 3

@@ -10,6 +10,7 @@ of arrays holding the rows of every row leaf for an index vector.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 import pymc as pm
@@ -105,7 +106,7 @@ class TallModel:
         # one call for the rows' and the prior's terms: each call derives the logp of the whole
         # model's graph (PyMC's rewriting), so two cost twice (18.9 against 42.4 ms, linear)
         model = self.model
-        terms = model.logp(vars=[*model.observed_RVs, *model.free_RVs, *model.potentials], sum=False)
+        terms = model_logp_terms(model)
         loglik_rows, self.data_sets = _loglik_rows_graph(model, lengths, terms[:len(model.observed_RVs)])
         prior = variadic_add(*(term.sum() for term in terms[len(model.observed_RVs):]))  # as model.logp
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
@@ -386,11 +387,20 @@ class TallModel:
         and these checks call it ~20 times on ≤ 16 rows); else with the set-up function, so that a
         first run compiles only what its set-up needs anyway.
         """
-        if self._eta_candidate() and self._eta_sums is not False:
-            fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
-                               python=True)
-            return float(np.sum(fn(_as_theta(theta, self.theta.dtype), *batch)))
+        rows = self._model_loglik_rows(theta, batch)
+        if rows is not None:
+            return float(np.sum(rows))
         return float(self._setup_terms(theta, self._no_directions(), batch)[2])
+
+    def _model_loglik_rows(self, theta, batch):
+        """ℓ_k of each row of ``batch`` from the model's own graph on PyTensor's Python linker, where
+        :meth:`model_loglik_sum` uses it; else None (the set-up function gives sums only).
+        """
+        if not (self._eta_candidate() and self._eta_sums is not False):
+            return None
+        fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
+                           python=True)
+        return np.broadcast_to(fn(_as_theta(theta, self.theta.dtype), *batch), (_batch_length(batch),))
 
     @property
     def regression_view(self):
@@ -504,23 +514,38 @@ class TallModel:
         # sums, with a function the set-up compiles anyway (a separate per-row function cost 4.4 s
         # of a fresh machine's first run); over two different splits of the rows, so that a
         # reduction over rows cannot cancel out
-        total = self.model_loglik_sum
         try:
-            together = total(theta, self.gather(idx))
-            alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(k))
-            halves = sum(total(theta, self.gather(part))
-                         for part in (idx[: k // 2], idx[k // 2 :]) if part.size)
+            together, apart = self._rows_together_and_apart(theta, idx)
         except ParameterValueError:  # the model's own check (e.g. a scale that can be negative): its message
             raise
         except (ValueError, AssertionError, IndexError) as err:  # shapes of N met shapes of k rows
             raise ValueError(self._rows_not_on_first_axis_message(err)) from err
-        if not np.allclose([together, halves], alone, rtol=1e-8, atol=1e-8, equal_nan=True):
+        if not np.allclose(together, apart, rtol=1e-8, atol=1e-8, equal_nan=True):
             raise ValueError(
                 "The log-likelihood of one row depends on other rows: some observed value or "
                 "parameter reduces over the observation axis (e.g. a mean or sum over the data). "
                 "Precompute such summaries as constants outside the model, or reshape the data so "
                 "that each row is one independent observation."
             )
+
+    def _rows_together_and_apart(self, theta, idx):
+        """The log-likelihood of the rows ``idx`` computed together and apart, equal where rows are
+        independent: per row, all together against the two halves (the second in reverse order),
+        where the model's rows come one value each (3 calls on the Python linker, where 9 took
+        18 ms of a second set-up); else sums, all together and over two different splits (one row
+        at a time, the halves), so that a reduction over rows cannot cancel out.
+        """
+        halves = [part for part in (idx[: len(idx) // 2], idx[len(idx) // 2:][::-1]) if part.size]
+        together = self._model_loglik_rows(theta, self.gather(idx))
+        if together is not None:
+            apart = {row: value for part in halves
+                     for row, value in zip(part, self._model_loglik_rows(theta, self.gather(part)))}
+            return together, np.array([apart[row] for row in idx])
+        total = self.model_loglik_sum
+        together = total(theta, self.gather(idx))
+        alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(len(idx)))
+        halves_sum = sum(total(theta, self.gather(part)) for part in halves)
+        return np.array([together, halves_sum]), np.array([alone, alone])
 
     def _rows_not_on_first_axis_message(self, err) -> str:
         off_axis = leaves_with_rows_off_axis([self._loglik_rows], self.n_rows)
@@ -719,6 +744,32 @@ def model_initial_point(model) -> dict:
     names = [rv.name if model.rvs_to_transforms[rv] is None
              else get_transformed_name(rv.name, model.rvs_to_transforms[rv]) for rv in model.free_RVs]
     return {name: np.asarray(value) for name, value in zip(names, compile_python([], values)(), strict=True)}
+
+
+#: each model's log-density terms with the objects they were derived from (:func:`model_logp_terms`)
+_LOGP_TERMS = weakref.WeakKeyDictionary()
+
+
+def model_logp_terms(model) -> list:
+    """``model.logp(vars=[*observed, *free, *potentials], sum=False)``: each observed variable's,
+    free variable's and potential's term, derived once per model graph in a process.
+
+    Why: PyMC derives the terms again at each call (its logprob rewriting: ~30 ms, a quarter of a
+    second set-up of the linear zoo model). The terms are a function of the variables, their value
+    variables and transforms, and ``check_bounds`` alone, which the key holds and compares by
+    identity: a model that gained a variable, or whose graph was rebuilt (``pm.do``,
+    ``pm.observe``: a new model), derives them again; ``pm.set_data`` changes values, not graphs.
+    PyTensor's graphs are immutable, and every use of them here clones or rebuilds.
+    """
+    variables = [*model.observed_RVs, *model.free_RVs, *model.potentials]
+    key = (*variables, *[model.rvs_to_values.get(v) for v in variables],
+           *[model.rvs_to_transforms.get(v) for v in variables], model.check_bounds)
+    kept = _LOGP_TERMS.get(model)
+    if kept is not None and len(kept[0]) == len(key) and all(a is b for a, b in zip(kept[0], key)):
+        return list(kept[1])
+    terms = model.logp(vars=variables, sum=False)
+    _LOGP_TERMS[model] = (key, list(terms))
+    return list(terms)
 
 
 def _check_finite(leaves):
