@@ -233,3 +233,31 @@ def test_each_eta_reads_the_coordinates_of_its_own_parameters_only():
     theta = pt.vector("theta")
     whole = coordinates_read([theta[1:3].sum(), (theta * 2).sum()], [(theta, 0, 4)], 4)
     np.testing.assert_array_equal(whole, [[False, True, True, False], [True] * 4])
+
+
+def test_a_computed_and_negative_group_index_gives_the_dense_jacobian_sums():
+    """a[g − 7] (each row's entry counted from the end: a graph of the data, not a data column) and
+    c[h] (the column itself): the blocks' owners are the entries PyMC reads, and the sums equal the
+    products over the full Jacobian."""
+    rng = np.random.default_rng(2)
+    n = 2000
+    g, h, x = rng.integers(0, 7, n), rng.integers(0, 5, n), rng.normal(size=n)
+    with pm.Model() as model:
+        g_, h_, x_ = pm.Data("g", g), pm.Data("h", h), pm.Data("x", x)
+        a, c = pm.Normal("a", 0, 1, shape=7), pm.Normal("c", 0, 1, shape=5)
+        b = pm.Normal("b", 0, 1)
+        eta = a[g_ - 7] + c[h_] + b * x_
+        pm.Poisson("y", mu=pm.math.exp(eta), observed=pm.Data("y_obs", rng.poisson(np.exp(0.3 * x))))
+    tall = pms.TallModel(model)
+    view = tall.regression_view
+    layout = view._layout()
+    assert _blocks(view) == [(0, 7), (7, 12)]
+    batch = tall.gather(np.arange(50))
+    np.testing.assert_array_equal(layout.owners(batch)[0], g[:50])
+    np.testing.assert_array_equal(layout.owners(batch)[1], h[:50])
+    theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
+    with_blocks = chunked_sum(tall, view.sums, theta, chunk_size=700)
+    view._layouts[False] = PointLayout(tall.ndim, [], tall.batch_inputs)
+    dense = chunked_sum(tall, view.sums, theta, chunk_size=700)
+    for got, expected in zip(with_blocks, dense, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-9)
