@@ -242,8 +242,8 @@ def _entries(index, size) -> np.ndarray:
 
 
 def _read_rows(reads):
-    """The rows of an η's dense Jacobian that are nonzero in the batch (``reads``: bool per row), as a
-    slice where they are one run (a view: no copy), else their indices; None where there are none.
+    """The rows of an η's dense Jacobian it reads (``reads``: bool per row, :func:`coordinates_read`),
+    as a slice where they are one run (a view: no copy), else their indices; None where there are none.
 
     Why: an η reads only some coordinates (a Normal's scale η reads σ's alone, its mean η none of
     it), and the product over the rows it does not read is zero: with the linear zoo model's three
@@ -285,11 +285,10 @@ def jacobian_products(layout, owners, points, terms, hessian):
         # product, difference and test below along a point's row ran 4-20× slower on that view than
         # on a C-order copy, whose making costs about one such product (20,000 rows, 6 points: 49 µs)
         points = [np.ascontiguousarray(values) for values in points]
-    reads_block = [[layout.reads_block(j, i) for i in range(len(layout.blocks))] for j in range(len(points))]
-    coefs = [[values[1 + nd + i] - values[0] if read else None for i, read in enumerate(reads_j)]
-             for values, reads_j in zip(points, reads_block, strict=True)]
-    reads_block = [[read and bool(coef.any()) for read, coef in zip(reads_j, coefs_j, strict=True)]
-                   for reads_j, coefs_j in zip(reads_block, coefs, strict=True)]
+    # each block's coefficients where η's graph reads the block; read where any is nonzero here
+    coefs = [[values[1 + nd + i] - values[0] if layout.reads_block(j, i) else None
+              for i in range(len(layout.blocks))] for j, values in enumerate(points)]
+    reads_block = [[coef is not None and bool(coef.any()) for coef in coefs_j] for coefs_j in coefs]
     grad = np.zeros(layout.n)
     for values, first, coefs_j, reads in zip(points, terms.first, coefs, reads_block, strict=True):
         first = np.broadcast_to(first, values.shape[1:])
