@@ -220,3 +220,64 @@ def test_the_log_density_terms_are_derived_once_per_model_graph(monkeypatch):
     model.check_bounds = False
     TallModel(model)
     assert len(calls) == 3
+
+
+def _small_regression(n, rng):
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        x = pm.Data("x", rng.normal(size=(n, 2)))
+        pm.Normal("y", x @ b, 1.0, observed=pm.Data("y_data", rng.normal(size=n)))
+    return model
+
+
+def test_a_second_tall_model_takes_the_analysis_and_reads_the_data_again():
+    """A second TallModel of an unchanged model graph takes the first's analysis (its row graph,
+    its regression view), with its own use state; it reads data set since (same length: new sums,
+    NaN: the error), and analyses again where the rows' count or the graph changed."""
+    rng = np.random.default_rng(1)
+    model = _small_regression(60, rng)
+    first = TallModel(model)
+    view = first.regression_view
+    first.full_passes = 3
+    second = TallModel(model)
+    assert second.batch_loglik is first.batch_loglik and second.regression_view is view
+    assert second.model is model and second.full_passes == 0
+    theta = np.array([0.3, -0.2])
+    rows = np.arange(60)
+    before = second.loglik_sum_value_and_grad(theta, second.gather(rows))[0]
+    with model:
+        pm.set_data({"y_data": rng.normal(size=60) + 5.0})
+    third = TallModel(model)
+    assert third.batch_loglik is first.batch_loglik
+    after = third.loglik_sum_value_and_grad(theta, third.gather(rows))[0]
+    y, x = model["y_data"].get_value(), model["x"].get_value()
+    expected = np.sum(-0.5 * (y - x @ theta) ** 2 - 0.5 * np.log(2 * np.pi))
+    assert after == pytest.approx(expected) and after != pytest.approx(before)
+    model["x"].set_value(np.r_[[[np.nan, 0.0]], x[1:]])  # pm.set_data masks NaN; the variable's own
+    with pytest.raises(ValueError, match="'x' contains 1 NaN"):
+        TallModel(model)
+    with model:
+        pm.set_data({"x": rng.normal(size=(80, 2)), "y_data": rng.normal(size=80)})
+    longer = TallModel(model)
+    assert longer.n_rows == 80 and longer.batch_loglik is not first.batch_loglik
+    with model:
+        pm.Normal("c", 0, 1)
+    assert TallModel(model).ndim == 3
+
+
+def test_the_kept_analysis_keeps_no_model_alive():
+    """The analysis kept per model graph holds the model weakly: a model and its tall models that
+    are dropped are collected (tall data would otherwise stay in memory)."""
+    import gc
+    import weakref
+
+    from pymc_subsample.model import tall as tall_module
+
+    model = _small_regression(40, np.random.default_rng(2))
+    tall = TallModel(model)
+    assert tall.regression_view is not None  # a view, built on the kept template
+    alive = weakref.ref(model)
+    assert model in tall_module._TEMPLATES
+    del model, tall
+    gc.collect()
+    assert alive() is None, "a model was kept alive by the kept analysis"

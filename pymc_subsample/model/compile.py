@@ -28,7 +28,7 @@ import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode, get_default_mode
 from pytensor.tensor.blockwise import Blockwise
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from pymc_subsample.model import function_cache
 from pymc_subsample.model.side_by_side import modules_side_by_side
@@ -143,6 +143,15 @@ def compile_python(inputs, outputs, *, arrays=False):
 COLLECTOR_PAUSE_SECONDS = 3.0
 
 
+@functools.cache
+def _blas_controller() -> ThreadpoolController:
+    """The process's BLAS libraries as threadpoolctl sees them, found once: ``threadpool_limits`` scans
+    every loaded shared library at each call (6 ms a set-up once PyTensor's C modules are loaded,
+    twice in a nested one, half a gradient pass at 10⁶ rows); BLAS is loaded by then (NumPy, SciPy).
+    """
+    return ThreadpoolController()
+
+
 def set_up_without_overheads(method):
     """Run ``method`` (a step's set-up) without two of Python's and PyTensor's bookkeeping costs
     that do nothing for it: the garbage collector's automatic collections, off for its first
@@ -171,7 +180,8 @@ def set_up_without_overheads(method):
     with its default 2 threads, 0.49-0.64 s with 1 (three interleaved pairs of runs; L-BFGS's own
     Fortran step 0.7 ms a call, against 0.05 ms alone). PyMC limits the BLAS threads of its sampling
     the same way (``pm.sample(blas_cores=...)``, by default the cores it samples on). The limit is
-    ``threadpoolctl``'s (a dependency of PyMC), lifted when the set-up ends.
+    ``threadpoolctl``'s (a dependency of PyMC), lifted when the set-up ends, through one controller
+    per process (:func:`_blas_controller`).
 
     Nested set-ups (a step's ``__init__`` calling its base's) pause the collector once; the flag
     and the thread limit are set again inside, and restored in order.
@@ -186,7 +196,8 @@ def set_up_without_overheads(method):
             timer.daemon = True
             timer.start()
         try:
-            with pytensor.config.change_flags(traceback__limit=0), threadpool_limits(1, user_api="blas"):
+            one_blas_thread = _blas_controller().limit(limits=1, user_api="blas")
+            with pytensor.config.change_flags(traceback__limit=0), one_blas_thread:
                 return method(*args, **kwargs)
         finally:
             if pause:

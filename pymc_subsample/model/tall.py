@@ -92,20 +92,51 @@ class TallModel:
     """
 
     def __init__(self, model=None, vars=None):
-        self.model = pm.modelcontext(model)
+        model = pm.modelcontext(model)
+        lengths = observation_lengths(model)
+        key = _structure_key(model, vars, lengths)
+        template = _TEMPLATES.get(model)
+        if template is None or not _same(template._key, key) or not template._rows_still(lengths):
+            template = _analysed_template(model, vars, lengths, key)
+        else:
+            _check_finite(template.leaves)  # the values may have changed (pm.set_data)
+        # this use: the template's analysis (shared: graphs, views, compiled functions), its own state
+        self.__dict__.update(template.__dict__)
+        self._model, self._model_ref = model, None
+        self._start_use()
+
+    def _start_use(self):
+        """A use's own state: no Dask client, no passes yet."""
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
         self.pass_memo = None  # full passes' sums by (fn, chunk size, θ) while set-up remembers them
-        lengths = observation_lengths(self.model)
+        self._prior_batch = None  # one row: the set-up function computes the prior too
+
+    @property
+    def model(self):
+        """The PyMC model (held weakly by the template that :func:`_analysed_template` keeps)."""
+        if self._model is not None:
+            return self._model
+        return None if self._model_ref is None else self._model_ref()
+
+    def _rows_still(self, lengths) -> bool:
+        """Whether every row leaf still has the template's N rows (a pm.Data off the observed ones
+        may have been set to another length).
+        """
+        return _axis_length(lengths) == self.n_rows and all(
+            np.shape(leaf.data)[0] == self.n_rows for leaf in self.leaves if not leaf.streamed)
+
+    def _analyse(self, model, vars, lengths):
+        """The model's graph read as prior + rows (the work a kept template spares a second use)."""
+        self._start_use()
         self.n_rows = _axis_length(lengths)
-        self.value_vars = _check_value_vars(self.model, vars)
-        self.initial_point = model_initial_point(self.model)
+        self.value_vars = _check_value_vars(model, vars)
+        self.initial_point, self._random_initial_point = _initial_point_and_whether_drawn(model)
         for n_rows in set(lengths.values()):
-            _check_no_row_sized_free_variables(self.model, self.initial_point, n_rows)
+            _check_no_row_sized_free_variables(model, self.initial_point, n_rows)
         # one call for the rows' and the prior's terms: each call derives the logp of the whole
         # model's graph (PyMC's rewriting), so two cost twice (18.9 against 42.4 ms, linear)
-        model = self.model
         terms = model_logp_terms(model)
         loglik_rows, self.data_sets = _loglik_rows_graph(model, lengths, terms[:len(model.observed_RVs)])
         prior = variadic_add(*(term.sum() for term in terms[len(model.observed_RVs):]))  # as model.logp
@@ -126,7 +157,7 @@ class TallModel:
         self.prior_graph = prior
         self._loglik_rows = loglik_rows
         self._functions = {}
-        self._prior_batch = None  # one row: the set-up function computes the prior too
+        self._template = self  # where views found later are kept, by every use (_analysed_template)
         self._hvp_vectorised = True
         self._affine_view = None  # distributional.affine_view, found on first use
         self._affine_view_found = False
@@ -145,8 +176,8 @@ class TallModel:
         return {name: (rows.start, rows.stop) for name, rows in self.data_sets.items()}
 
     def __getstate__(self):
-        # shipped to Dask workers for full passes: never the client itself
-        return dict(self.__dict__, client=None)
+        # shipped to Dask workers for full passes: never the client itself, nor a weak reference
+        return dict(self.__dict__, client=None, _model_ref=None)
 
     # ------------------------------------------------------------------ graphs
     def _build_row_graphs(self):
@@ -170,10 +201,11 @@ class TallModel:
         distributional regression never asks for them, and building both forward-mode graphs
         took 0.08 s of every construction (Bambi form, warm).
         """
-        if self._rows_directional is None:
+        shared = self._template
+        if shared._rows_directional is None:
             jvp = directional_derivative(self.batch_loglik, self.theta, self.direction)
-            self._rows_directional = (jvp, directional_derivative(jvp, self.theta, self.direction2))
-        return self._rows_directional
+            shared._rows_directional = (jvp, directional_derivative(jvp, self.theta, self.direction2))
+        return shared._rows_directional
 
     def batch_graph(self, outputs):
         """Per-row graphs of the model (in free variables or data) rewritten to (θ, batch).
@@ -298,13 +330,13 @@ class TallModel:
     def loglik_sum_value(self, theta, batch) -> tuple:
         """(Σ_k ℓ_k,) over the rows of ``batch``, for passes that need no gradient."""
         if self.uses_eta_sums():
-            return (float(np.sum(self._regression_view.row_terms(theta, batch).value)),)
+            return (float(np.sum(self.regression_view.row_terms(theta, batch).value)),)
         return (self._setup_terms(theta, self._no_directions(), batch)[2],)
 
     def loglik_sum_value_and_grad(self, theta, batch):
         """Σ_k ℓ_k and its gradient over the rows of ``batch`` (one reverse pass, or from η)."""
         if self.uses_eta_sums():
-            return self._regression_view.sums(theta, batch, hessian=False)
+            return self.regression_view.sums(theta, batch, hessian=False)
         return self._setup_terms(theta, self._no_directions(), batch)[2:4]
 
     def loglik_sum_value_grad_hessian(self, theta, batch):
@@ -317,7 +349,7 @@ class TallModel:
         """
         theta = _as_theta(theta, self.theta.dtype)
         if self.uses_eta_sums():
-            return self._regression_view.sums(theta, batch, hessian=True)
+            return self.regression_view.sums(theta, batch, hessian=True)
         eye = np.eye(self.ndim, dtype=self.theta.dtype)
         self._setup_function()
         if self._hvp_vectorised:
@@ -372,9 +404,10 @@ class TallModel:
         reproduces the model's rows. Its first run then compiles no gradient of the model's own
         graph, only its value for the checks (StudentT, NegativeBinomial: the digamma-heavy kernels).
         """
-        if self._eta_sums is None:
-            self._eta_sums = self._eta_candidate() and self.regression_view is not None
-        return self._eta_sums
+        shared = self._template
+        if shared._eta_sums is None:
+            shared._eta_sums = self._eta_candidate() and self.regression_view is not None
+        return shared._eta_sums
 
     def _eta_candidate(self) -> bool:
         within = ETA_HESSIAN_MAX_ROWS is None or self.n_rows <= ETA_HESSIAN_MAX_ROWS
@@ -396,7 +429,7 @@ class TallModel:
         """ℓ_k of each row of ``batch`` from the model's own graph on PyTensor's Python linker, where
         :meth:`model_loglik_sum` uses it; else None (the set-up function gives sums only).
         """
-        if not (self._eta_candidate() and self._eta_sums is not False):
+        if not (self._eta_candidate() and self._template._eta_sums is not False):
             return None
         fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
                            python=True)
@@ -419,18 +452,20 @@ class TallModel:
         d + 1 calls per chunk, the products were the faster at 10⁷ rows (45 against 26.5 s) and
         the limit was 10⁶.
         """
-        if not self._regression_view_checked:
+        shared = self._template
+        if not shared._regression_view_checked:
             view = self._candidate_view()
-            self._regression_view = None if view is None else view_matching_rows(view, self.initial_theta)
-            self._regression_view_checked = True
-        return self._regression_view
+            shared._regression_view = None if view is None else view_matching_rows(view, self.initial_theta)
+            shared._regression_view_checked = True
+        return shared._regression_view
 
     def _candidate_view(self):
         """The distributional-regression view before its f is checked against the rows, or None."""
-        if not self._affine_view_found:
-            self._affine_view = affine_view(self)
-            self._affine_view_found = True
-        return self._affine_view
+        shared = self._template  # the view holds the TallModel it was built on: the template
+        if not shared._affine_view_found:
+            shared._affine_view = affine_view(shared)
+            shared._affine_view_found = True
+        return shared._affine_view
 
     def _has_advanced_indexing(self) -> bool:
         return any(
@@ -735,14 +770,63 @@ def model_initial_point(model) -> dict:
     the linear zoo model (nineteenth session). Where a strategy draws random numbers
     (``initval="prior"``), PyMC's own call.
     """
+    return _initial_point_and_whether_drawn(model)[0]
+
+
+def _initial_point_and_whether_drawn(model) -> tuple[dict, bool]:
+    """:func:`model_initial_point`, and whether a strategy drew it at random."""
     values = make_initial_point_expression(
         free_rvs=model.free_RVs, rvs_to_transforms=model.rvs_to_transforms,
         initval_strategies=dict(model.rvs_to_initial_values), return_transformed=True)
     if find_rng_nodes(values):
-        return model.initial_point()
+        return model.initial_point(), True
     names = [rv.name if model.rvs_to_transforms[rv] is None
              else get_transformed_name(rv.name, model.rvs_to_transforms[rv]) for rv in model.free_RVs]
-    return {name: np.asarray(value) for name, value in zip(names, compile_python([], values)(), strict=True)}
+    values = compile_python([], values)()
+    return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}, False
+
+
+#: each model's last analysed TallModel, holding the model weakly (:func:`_analysed_template`)
+_TEMPLATES = weakref.WeakKeyDictionary()
+
+
+def _analysed_template(model, vars, lengths, key) -> TallModel:
+    """The model's graph analysed into a TallModel that holds the model weakly, and kept for the
+    next TallModel of the same model graph where that is safe.
+
+    Why: a second set-up in a process (a notebook cell run again, a loop over data sets with
+    ``pm.set_data``) analysed the graph again: the rows' graphs, the regression view and its check,
+    the independence check (0.05-0.09 s, 3-6 of PyMC's gradient passes at 10⁶ rows on the zoo).
+    The analysis is a function of the graph, the value variables, the initial values and the rows'
+    count, which the key holds (:func:`_structure_key`); data values are read at each use (a leaf
+    reads its shared variable), and checked for NaN again. Views found later by any use are built
+    on the template and kept there (the ``_template`` of each use), so that the cache keeps no
+    model alive. Not kept: stacked rows of different lengths (their padded copies of the data would
+    go stale) and random initial values (each use draws its own).
+    """
+    template = object.__new__(TallModel)
+    template._model, template._model_ref = None, weakref.ref(model)
+    template._analyse(model, vars, lengths)
+    template._key = key
+    if template.data_sets is None and not template._random_initial_point:
+        _TEMPLATES[model] = template
+    return template
+
+
+def _structure_key(model, vars, lengths) -> tuple:
+    """What a model's analysis depends on besides data values, compared by identity
+    (:func:`_same`): the variables, their value variables, transforms and initial values,
+    ``check_bounds``, the value variables asked for, and each observed variable's rows.
+    """
+    variables = [*model.observed_RVs, *model.free_RVs, *model.potentials, *model.deterministics]
+    return (*variables, *[model.rvs_to_values.get(v) for v in variables],
+            *[model.rvs_to_transforms.get(v) for v in variables],
+            *[model.rvs_to_initial_values.get(v) for v in model.free_RVs], model.check_bounds,
+            None if vars is None else tuple(vars), tuple(sorted(lengths.items())))
+
+
+def _same(kept, key) -> bool:
+    return len(kept) == len(key) and all(a is b or (type(a) is tuple and a == b) for a, b in zip(kept, key))
 
 
 #: each model's log-density terms with the objects they were derived from (:func:`model_logp_terms`)
