@@ -265,6 +265,23 @@ def test_a_second_tall_model_takes_the_analysis_and_reads_the_data_again():
     assert TallModel(model).ndim == 3
 
 
+def test_a_dimension_set_to_another_length_is_analysed_again():
+    """``model.set_dim`` changes a free variable's length (the kept analysis would have the old
+    d): the second TallModel has the new one, and its prior reads it."""
+    rng = np.random.default_rng(3)
+    with pm.Model(coords={"group": range(3)}) as model:
+        a = pm.Normal("a", 0, 1, dims="group")
+        g = pm.Data("g", rng.integers(0, 3, size=30))
+        pm.Normal("y", a[g], 1.0, observed=pm.Data("y_data", rng.normal(size=30)))
+    assert TallModel(model).ndim == 3
+    model.set_dim("group", 5, coord_values=range(5))
+    with model:
+        pm.set_data({"g": rng.integers(0, 5, size=30)})
+    tall = TallModel(model)
+    assert tall.ndim == 5
+    assert tall.prior_value_and_grad(np.zeros(5))[0] == pytest.approx(5 * -0.5 * np.log(2 * np.pi))
+
+
 def test_the_kept_analysis_keeps_no_model_alive():
     """The analysis kept per model graph holds the model weakly: a model and its tall models that
     are dropped are collected (tall data would otherwise stay in memory)."""

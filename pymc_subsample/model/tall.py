@@ -93,10 +93,11 @@ class TallModel:
 
     def __init__(self, model=None, vars=None):
         model = pm.modelcontext(model)
+        vars = None if vars is None else list(vars)
         lengths = observation_lengths(model)
         key = _structure_key(model, vars, lengths)
         template = _TEMPLATES.get(model)
-        if template is None or not _same(template._key, key) or not template._rows_still(lengths):
+        if template is None or not _same(template._key, key):
             template = _analysed_template(model, vars, lengths, key)
         else:
             _check_finite(template.leaves)  # the values may have changed (pm.set_data)
@@ -119,13 +120,6 @@ class TallModel:
         if self._model is not None:
             return self._model
         return None if self._model_ref is None else self._model_ref()
-
-    def _rows_still(self, lengths) -> bool:
-        """Whether every row leaf still has the template's N rows (a pm.Data off the observed ones
-        may have been set to another length).
-        """
-        return _axis_length(lengths) == self.n_rows and all(
-            np.shape(leaf.data)[0] == self.n_rows for leaf in self.leaves if not leaf.streamed)
 
     def _analyse(self, model, vars, lengths):
         """The model's graph read as prior + rows (the work a kept template spares a second use)."""
@@ -816,17 +810,34 @@ def _analysed_template(model, vars, lengths, key) -> TallModel:
 def _structure_key(model, vars, lengths) -> tuple:
     """What a model's analysis depends on besides data values, compared by identity
     (:func:`_same`): the variables, their value variables, transforms and initial values,
-    ``check_bounds``, the value variables asked for, and each observed variable's rows.
+    ``check_bounds``, the value variables asked for; and by value: each observed variable's rows,
+    the shape of every ``pm.Data`` and the length of every dimension (``pm.set_data`` may change
+    them, and with them the free variables' shapes).
     """
     variables = [*model.observed_RVs, *model.free_RVs, *model.potentials, *model.deterministics]
+    shapes = tuple(np.shape(v.get_value(borrow=True)) for v in model.data_vars)
+    dims = tuple((name, _value_of(length)) for name, length in model.dim_lengths.items())
     return (*variables, *[model.rvs_to_values.get(v) for v in variables],
             *[model.rvs_to_transforms.get(v) for v in variables],
             *[model.rvs_to_initial_values.get(v) for v in model.free_RVs], model.check_bounds,
-            None if vars is None else tuple(vars), tuple(sorted(lengths.items())))
+            None if vars is None else tuple(map(id, vars)), tuple(sorted(lengths.items())), shapes, dims)
+
+
+def _value_of(length):
+    """A dimension's length: a shared variable's value, a constant's, or the variable's identity."""
+    if hasattr(length, "get_value"):
+        return tuple(np.atleast_1d(length.get_value(borrow=True)).tolist())
+    if hasattr(length, "data"):
+        return tuple(np.atleast_1d(length.data).tolist())
+    return id(length)
 
 
 def _same(kept, key) -> bool:
-    return len(kept) == len(key) and all(a is b or (type(a) is tuple and a == b) for a, b in zip(kept, key))
+    """Keys' entries the same object, or equal tuples of plain values (never ``==`` on a graph
+    variable, which builds a graph).
+    """
+    return len(kept) == len(key) and all(
+        a is b or (type(a) is tuple and type(b) is tuple and a == b) for a, b in zip(kept, key, strict=True))
 
 
 #: each model's log-density terms with the objects they were derived from (:func:`model_logp_terms`)
