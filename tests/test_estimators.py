@@ -378,3 +378,24 @@ def test_signed_potential_unbiased_with_negative_signs(gaussian_mean_tall):
     se = w.std(ddof=1) / np.sqrt(reps)
     assert se < 0.1, se  # ≈ 0.04 (Var L̂/L² ≈ 4.3): a wrong d̂ makes it explode
     assert abs(w.mean() - 1.0) <= 4 * se, (w.mean(), se)
+
+
+@pytest.mark.parametrize("glm", ["auto", False])
+def test_a_second_target_of_the_model_takes_the_first_ones_function(logistic_setup, glm):
+    """A SubsampledTarget on a second TallModel of the same model graph, at another centre, takes
+    the first one's compiled estimator (kept with the tall model's functions) and computes its own
+    value: the NumPy formula with its own proxy, to 1e-12."""
+    tall, center = logistic_setup
+    first = SubsampledTarget(tall, center, order=2, glm=glm)
+    rng = np.random.default_rng(5)
+    sub = Subsample.gather(tall, uniform_with_replacement(rng, tall.n_rows, 40))
+    first.perturbed(center, sub.batch)
+    again = TallModel(tall.model)
+    second = SubsampledTarget(again, center + 0.3, order=2, glm=glm)
+    theta = center + rng.normal(scale=0.2, size=3)
+    again_sub = Subsample.gather(again, sub.idx)
+    value, _, sigma2 = second.perturbed(theta, again_sub.batch)
+    assert second._functions["perturbed"] is first._functions["perturbed"]
+    value_np, sigma2_np = perturbed_value(second, again_sub, theta)
+    assert value == pytest.approx(value_np + again.prior_value_and_grad(theta)[0], rel=1e-12)
+    assert sigma2 == pytest.approx(sigma2_np, rel=1e-10)

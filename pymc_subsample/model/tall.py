@@ -226,6 +226,16 @@ class TallModel:
             self._functions[key] = function
         return self._functions[key]
 
+    def kept_function(self, key, make):
+        """``make()``, a function of this model's graphs made by other code (an estimator's), kept
+        under ``key`` with the model's own functions: TallModels of the same model graph share them
+        (:func:`_analysed_template`). ``key`` must name everything the function depends on besides
+        the model's graph.
+        """
+        if key not in self._functions:
+            self._functions[key] = make()
+        return self._functions[key]
+
     @functools.cached_property
     def prior_grad_graph(self):
         """∇ log p(θ) as a graph, built once for the functions that need it (compiling clones it)."""
