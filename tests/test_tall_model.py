@@ -282,6 +282,18 @@ def test_a_dimension_set_to_another_length_is_analysed_again():
     assert tall.prior_value_and_grad(np.zeros(5))[0] == pytest.approx(5 * -0.5 * np.log(2 * np.pi))
 
 
+def test_a_drawn_initial_point_is_drawn_again_with_the_kept_analysis():
+    """A model whose initial value is drawn (``initval="prior"``) keeps its analysis too, and each
+    TallModel draws its own initial point, as PyMC's ``initial_point()`` does."""
+    rng = np.random.default_rng(4)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, initval="prior")
+        pm.Normal("y", b * pm.Data("x", rng.normal(size=30)), 1.0, observed=rng.normal(size=30))
+    first, second = TallModel(model), TallModel(model)
+    assert second.batch_loglik is first.batch_loglik
+    assert first.initial_point["b"] != second.initial_point["b"]
+
+
 def test_the_kept_analysis_keeps_no_model_alive():
     """The analysis kept per model graph holds the model weakly: a model and its tall models that
     are dropped are collected (tall data would otherwise stay in memory)."""

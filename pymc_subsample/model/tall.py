@@ -21,7 +21,7 @@ from pymc.initial_point import make_initial_point_expression
 from pymc.logprob.utils import ParameterValueError
 from pymc.pytensorf import find_rng_nodes
 from pymc.util import get_transformed_name
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
 from pytensor.ifelse import ifelse
 from pytensor.tensor.blockwise import Blockwise
@@ -97,14 +97,17 @@ class TallModel:
         lengths = observation_lengths(model)
         key = _structure_key(model, vars, lengths)
         template = _TEMPLATES.get(model)
-        if template is None or not _same(template._key, key):
-            template = _analysed_template(model, vars, lengths, key)
-        else:
+        kept = template is not None and _same(template._key, key)
+        if kept:
             _check_finite(template.leaves)  # the values may have changed (pm.set_data)
+        else:
+            template = _analysed_template(model, vars, lengths, key)
         # this use: the template's analysis (shared: graphs, views, compiled functions), its own state
         self.__dict__.update(template.__dict__)
         self._model, self._model_ref = model, None
         self._start_use()
+        if kept and self._random_initial_point:  # each use draws its own, as PyMC's initial_point
+            self.initial_point = _initial_point_and_whether_drawn(model)[0]
 
     def _start_use(self):
         """A use's own state: no Dask client, no passes yet."""
@@ -772,7 +775,7 @@ def model_initial_point(model) -> dict:
     compiled once per graph (:func:`~pymc_subsample.model.compile.compile_python`, kept on disk and
     in memory). PyMC compiles it again at each call: 11 of its 15 ms, 10% of a second set-up of
     the linear zoo model (nineteenth session). Where a strategy draws random numbers
-    (``initval="prior"``), PyMC's own call.
+    (``initval="prior"``), each call draws again.
     """
     return _initial_point_and_whether_drawn(model)[0]
 
@@ -782,16 +785,30 @@ def _initial_point_and_whether_drawn(model) -> tuple[dict, bool]:
     values = make_initial_point_expression(
         free_rvs=model.free_RVs, rvs_to_transforms=model.rvs_to_transforms,
         initval_strategies=dict(model.rvs_to_initial_values), return_transformed=True)
-    if find_rng_nodes(values):
-        return model.initial_point(), True
     names = [rv.name if model.rvs_to_transforms[rv] is None
              else get_transformed_name(rv.name, model.rvs_to_transforms[rv]) for rv in model.free_RVs]
-    values = compile_python([], values)()
-    return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}, False
+    # random generators in the expression (``initval="prior"``, or an LKJCholeskyCov's sd_dist even
+    # where the values drawn are not used) become inputs, each given a fresh generator per call, as
+    # PyMC's unseeded call reseeds them: the function is kept as any other, where PyMC's call
+    # compiled it each time (0.26 s of MvNormal + LKJ's set-up)
+    rngs = find_rng_nodes(values)
+    inputs = [rng.type() for rng in rngs]
+    if rngs:
+        values = graph_replace(values, dict(zip(rngs, inputs, strict=True)), strict=False)
+    values = compile_python(inputs, values)(*[np.random.default_rng() for _ in rngs])
+    return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}, bool(rngs)
 
 
 #: each model's last analysed TallModel, holding the model weakly (:func:`_analysed_template`)
 _TEMPLATES = weakref.WeakKeyDictionary()
+
+
+def forget_kept_analyses():
+    """Drop every model's kept analysis and log-density terms, as a new process starts without them
+    (``benchmarks/setup_scaling.py``'s set-up from disk).
+    """
+    _TEMPLATES.clear()
+    _LOGP_TERMS.clear()
 
 
 def _analysed_template(model, vars, lengths, key) -> TallModel:
@@ -805,14 +822,14 @@ def _analysed_template(model, vars, lengths, key) -> TallModel:
     count, which the key holds (:func:`_structure_key`); data values are read at each use (a leaf
     reads its shared variable), and checked for NaN again. Views found later by any use are built
     on the template and kept there (the ``_template`` of each use), so that the cache keeps no
-    model alive. Not kept: stacked rows of different lengths (their padded copies of the data would
-    go stale) and random initial values (each use draws its own).
+    model alive. Random initial values are drawn again by each use. Not kept: stacked rows of
+    different lengths (their padded copies of the data would go stale).
     """
     template = object.__new__(TallModel)
     template._model, template._model_ref = None, weakref.ref(model)
     template._analyse(model, vars, lengths)
     template._key = key
-    if template.data_sets is None and not template._random_initial_point:
+    if template.data_sets is None:
         _TEMPLATES[model] = template
     return template
 
