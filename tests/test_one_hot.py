@@ -261,3 +261,32 @@ def test_a_computed_and_negative_group_index_gives_the_dense_jacobian_sums():
     dense = chunked_sum(tall, view.sums, theta, chunk_size=700)
     for got, expected in zip(with_blocks, dense, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-9)
+
+
+def test_coordinates_no_eta_reads_have_no_point_and_zero_sums():
+    """A centred hierarchical model's μ_a and τ_a are read by the prior alone: the layout has no
+    point for them (0, b's and σ's unit vectors, a's indicator), and its sums equal those over every
+    coordinate's unit vector (zero in their rows and columns)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from zoo import hierarchical_centred
+
+    tall = pms.TallModel(hierarchical_centred(3000))
+    view = tall.regression_view
+    names = {}
+    for name, index in tall.theta_to_point(np.arange(tall.ndim, dtype=float)).items():
+        for i in np.ravel(index).astype(int):
+            names[i] = name
+    layout = view._layout()
+    assert sorted(names[i] for i in layout.dense) == ["b", "sigma_log__"]
+    assert layout.points.shape[0] == 1 + 2 + 1
+    theta = tall.initial_theta + np.random.default_rng(2).normal(scale=0.3, size=tall.ndim)
+    kept = chunked_sum(tall, view.sums, theta, chunk_size=1000)
+    view._layouts[False] = PointLayout(tall.ndim, [], tall.batch_inputs)
+    every = chunked_sum(tall, view.sums, theta, chunk_size=1000)
+    for a, b in zip(kept, every, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+    hyper = [i for i, name in names.items() if name in ("mu_a", "tau_a_log__")]
+    assert not kept[1][hyper].any() and not kept[2][hyper].any()

@@ -188,8 +188,12 @@ def coordinates_read(graphs, sources, n) -> np.ndarray:
 
 class PointLayout:
     """The points η is evaluated at for its Jacobian over ``n`` coordinates: 0, the unit vector of
-    each coordinate outside the ``blocks``, and each block's indicator vector. ``reads``: which
-    coordinates each η reads (:func:`coordinates_read`; None: all).
+    each coordinate outside the ``blocks`` that some η reads, and each block's indicator vector.
+    ``reads``: which coordinates each η reads (:func:`coordinates_read`; None: all).
+
+    A coordinate no η reads (a centred hierarchical model's μ and τ, read by the prior alone) has no
+    point: η there equals η at 0, and its rows and columns of the sums are zero (the centred zoo
+    model: 6 points → 4 a chunk).
     """
 
     def __init__(self, n, blocks, batch_inputs, reads=None):
@@ -197,7 +201,8 @@ class PointLayout:
         in_block = np.zeros(n, dtype=bool)
         for block in self.blocks:
             in_block[block.coords] = True
-        self.dense = np.flatnonzero(~in_block)
+        read = np.ones(n, dtype=bool) if reads is None else np.asarray(reads, dtype=bool).any(axis=0)
+        self.dense = np.flatnonzero(~in_block & read)
         self.reads = None if reads is None else np.asarray(reads, dtype=bool)
         points = np.zeros((1 + self.dense.size + len(self.blocks), n))
         points[1 + np.arange(self.dense.size), self.dense] = 1.0
