@@ -310,3 +310,23 @@ def test_the_kept_analysis_keeps_no_model_alive():
     del model, tall
     gc.collect()
     assert alive() is None, "a model was kept alive by the kept analysis"
+
+
+def test_a_tall_model_unpickled_in_another_process_finds_its_views():
+    """A TallModel shipped to another process (cloudpickled, as PyMC and Dask do: its template's
+    weak reference to the model stays behind) finds the views it had not found yet, and gives the
+    same sums."""
+    import cloudpickle
+
+    rng = np.random.default_rng(6)
+    model = _small_regression(50, rng)
+    tall = TallModel(model)
+    clone = cloudpickle.loads(cloudpickle.dumps(tall))
+    assert clone._template.model is None and clone.model is not None
+    theta = np.array([0.2, -0.4])
+    rows = np.arange(50)
+    got = clone.loglik_sum_value_and_grad(theta, clone.gather(rows))
+    assert clone.regression_view is not None
+    want = tall.loglik_sum_value_and_grad(theta, tall.gather(rows))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)

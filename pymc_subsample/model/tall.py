@@ -124,6 +124,14 @@ class TallModel:
             return self._model
         return None if self._model_ref is None else self._model_ref()
 
+    def _shared(self) -> TallModel:
+        """Where the views and choices found after the analysis are kept: the template, which every
+        use of the model graph shares. (The view that needs the model itself, ``affine_view``, is
+        found during the analysis, by the independence check: a copy unpickled in another process,
+        whose template's weak reference to the model was not shipped, needs no model.)
+        """
+        return self._template
+
     def _analyse(self, model, vars, lengths):
         """The model's graph read as prior + rows (the work a kept template spares a second use)."""
         self._start_use()
@@ -198,7 +206,7 @@ class TallModel:
         distributional regression never asks for them, and building both forward-mode graphs
         took 0.08 s of every construction (Bambi form, warm).
         """
-        shared = self._template
+        shared = self._shared()
         if shared._rows_directional is None:
             jvp = directional_derivative(self.batch_loglik, self.theta, self.direction)
             shared._rows_directional = (jvp, directional_derivative(jvp, self.theta, self.direction2))
@@ -411,7 +419,7 @@ class TallModel:
         reproduces the model's rows. Its first run then compiles no gradient of the model's own
         graph, only its value for the checks (StudentT, NegativeBinomial: the digamma-heavy kernels).
         """
-        shared = self._template
+        shared = self._shared()
         if shared._eta_sums is None:
             shared._eta_sums = self._eta_candidate() and self.regression_view is not None
         return shared._eta_sums
@@ -436,7 +444,7 @@ class TallModel:
         """ℓ_k of each row of ``batch`` from the model's own graph on PyTensor's Python linker, where
         :meth:`model_loglik_sum` uses it; else None (the set-up function gives sums only).
         """
-        if not (self._eta_candidate() and self._template._eta_sums is not False):
+        if not (self._eta_candidate() and self._shared()._eta_sums is not False):
             return None
         fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
                            python=True)
@@ -459,7 +467,7 @@ class TallModel:
         d + 1 calls per chunk, the products were the faster at 10⁷ rows (45 against 26.5 s) and
         the limit was 10⁶.
         """
-        shared = self._template
+        shared = self._shared()
         if not shared._regression_view_checked:
             view = self._candidate_view()
             shared._regression_view = None if view is None else view_matching_rows(view, self.initial_theta)
@@ -468,7 +476,7 @@ class TallModel:
 
     def _candidate_view(self):
         """The distributional-regression view before its f is checked against the rows, or None."""
-        shared = self._template  # the view holds the TallModel it was built on: the template
+        shared = self._shared()  # the view holds the TallModel it was built on: the template
         if not shared._affine_view_found:
             shared._affine_view = affine_view(shared)
             shared._affine_view_found = True
@@ -842,7 +850,7 @@ def _structure_key(model, vars, lengths) -> tuple:
     them, and with them the free variables' shapes).
     """
     variables = [*model.observed_RVs, *model.free_RVs, *model.potentials, *model.deterministics]
-    shapes = tuple(np.shape(v.get_value(borrow=True)) for v in model.data_vars)
+    shapes = tuple(_value_of(v, shape=True) for v in model.data_vars)
     dims = tuple((name, _value_of(length)) for name, length in model.dim_lengths.items())
     return (*variables, *[model.rvs_to_values.get(v) for v in variables],
             *[model.rvs_to_transforms.get(v) for v in variables],
@@ -850,13 +858,17 @@ def _structure_key(model, vars, lengths) -> tuple:
             None if vars is None else tuple(map(id, vars)), tuple(sorted(lengths.items())), shapes, dims)
 
 
-def _value_of(length):
-    """A dimension's length: a shared variable's value, a constant's, or the variable's identity."""
-    if hasattr(length, "get_value"):
-        return tuple(np.atleast_1d(length.get_value(borrow=True)).tolist())
-    if hasattr(length, "data"):
-        return tuple(np.atleast_1d(length.data).tolist())
-    return id(length)
+def _value_of(variable, shape=False):
+    """A shared variable's value or a constant's (their shape, with ``shape``) as a tuple; any
+    other variable's identity.
+    """
+    if hasattr(variable, "get_value"):
+        value = variable.get_value(borrow=True)
+    elif hasattr(variable, "data"):
+        value = variable.data
+    else:
+        return id(variable)
+    return np.shape(value) if shape else tuple(np.atleast_1d(value).tolist())
 
 
 def _same(kept, key) -> bool:
