@@ -51,8 +51,36 @@ def test_free_variable_of_length_n():
 def test_nan_or_infinite_data(bad):
     X, y = logistic_data(100, 2)
     X[5, 1] = bad  # pm.Data refuses NaN itself; a plain array reaches our check
-    with pytest.raises(ValueError, match="NaN or infinite"):
+    with pytest.raises(ValueError, match="NaN, infinite or masked"):
         TallModel(logistic_model(X, y, use_data=False))
+
+
+@pytest.mark.parametrize("name", ["X", "y"])
+@pytest.mark.parametrize("analysed_before", [False, True])
+@pytest.mark.parametrize("masked_by", ["nan", "user"])
+def test_nan_set_through_pm_set_data(name, analysed_before, masked_by):
+    """pm.set_data turns NaN into a masked array, where np.isfinite masks them too, and keeps a
+    user's masked array (finite values under the mask): the check must count masked entries, on a
+    first analysis and on a kept one (a model already sampled)."""
+    X, y = logistic_data(100, 2)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Bernoulli("obs", logit_p=pm.Data("X", X) @ beta, observed=pm.Data("y", y.astype(float)))
+    if analysed_before:
+        TallModel(model)
+    bad = {"X": X.copy(), "y": y.astype(float)}
+    if masked_by == "nan":
+        bad[name].flat[[4, 9]] = np.nan
+    else:
+        mask = np.zeros(bad[name].shape, bool)
+        mask.flat[[4, 9]] = True
+        bad[name] = np.ma.masked_array(bad[name], mask)
+    with model:
+        pm.set_data({name: bad[name]})
+    assert np.ma.isMaskedArray(model[name].get_value())  # PyMC's behaviour this test is about
+    with pytest.raises(ValueError, match=rf"'{name}' contains 2 NaN, infinite or masked values.*"
+                                         r"Drop or impute"):
+        TallModel(model)
 
 
 @pytest.mark.parametrize("m", [0, -3, 101, 2.5, True])

@@ -691,11 +691,11 @@ def _check_no_imputation(model):
     for rv in model.observed_RVs:
         value = model.rvs_to_values[rv]
         data = value.get_value(borrow=True) if hasattr(value, "get_value") else getattr(value, "data", None)
-        if data is not None and np.issubdtype(np.asarray(data).dtype, np.floating):
-            bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        if data is not None:
+            bad = count_missing(data)
             if bad:
                 raise ValueError(
-                    f"Observed variable {rv.name!r} contains {bad} NaN or infinite values; "
+                    f"Observed variable {rv.name!r} contains {bad} NaN, infinite or masked values; "
                     "subsampling needs complete rows. Drop or impute those rows before building "
                     "the model."
                 )
@@ -905,14 +905,28 @@ def model_logp_terms(model) -> list:
     return list(terms)
 
 
+def count_missing(data) -> int:
+    """The NaN, infinite and masked entries of an array.
+
+    Masked ones count because ``pm.set_data`` turns NaN into a masked array, on which
+    ``np.isfinite`` masks them too: ``np.all(np.isfinite(masked))`` is True, and NaN rows set after
+    a first model reached the sums.
+    """
+    array = np.asarray(data)  # a masked array's data, NaN under the mask included
+    missing = ~np.isfinite(array) if np.issubdtype(array.dtype, np.inexact) else np.zeros(array.shape, bool)
+    if np.ma.isMaskedArray(data):
+        missing |= np.ma.getmaskarray(data)
+    return int(np.count_nonzero(missing))
+
+
 def _check_finite(leaves):
     for leaf in leaves:
         if leaf.streamed:  # checked chunk by chunk as the passes read it
             continue
-        data = leaf.data
-        if np.issubdtype(np.asarray(data).dtype, np.floating) and not np.all(np.isfinite(data)):
-            bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        bad = count_missing(leaf.data)
+        if bad:
             raise ValueError(
-                f"Data {leaf.name!r} contains {bad} NaN or infinite values. Drop or impute those "
-                "rows before building the model (subsampling needs finite row data)."
+                f"Data {leaf.name!r} contains {bad} NaN, infinite or masked values (pm.set_data masks "
+                "NaN). Drop or impute those rows before building the model (subsampling needs "
+                "finite row data)."
             )
