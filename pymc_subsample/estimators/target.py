@@ -29,6 +29,7 @@ import warnings
 
 import numpy as np
 import pytensor
+from pytensor.graph.replace import graph_replace
 import pytensor.tensor as pt
 
 from pymc_subsample.control_variates.taylor import make_proxy, truncate
@@ -104,11 +105,11 @@ class SubsampledTarget:
         # derivatives along a free direction, then v = θ − θ* substituted: the second derivative
         # must hold v fixed, not differentiate through its dependence on θ*
         direction = tall.theta.type(name="v")
-        at_center = pytensor.graph_replace(tall.batch_loglik, {tall.theta: center}, strict=False)
+        at_center = graph_replace(tall.batch_loglik, {tall.theta: center}, strict=False)
         slope = directional_derivative(at_center, center, direction) if self.order >= 1 else None
         curvature = directional_derivative(slope, center, direction) if self.order == 2 else None
         q = truncate(self.order, at_center, slope, curvature)
-        q = pytensor.graph_replace(q, {direction: tall.theta - center}, strict=False)
+        q = graph_replace(q, {direction: tall.theta - center}, strict=False)
         return tall.batch_loglik - q
 
     def _compile(self, key, build):

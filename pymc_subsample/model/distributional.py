@@ -39,7 +39,7 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
 from pytensor.compile.ops import ViewOp
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -264,7 +264,7 @@ class DistributionalRegression:
         """η's graphs with φ's pieces as inputs (built once: the points function and the layout)."""
         if self._eta_phi is None:
             replace = dict(zip(self.phi.graphs, self.phi.inputs))
-            self._eta_phi = pytensor.graph_replace(self.eta_rows, replace, strict=False)
+            self._eta_phi = graph_replace(self.eta_rows, replace, strict=False)
         return self._eta_phi
 
     def _layout(self, phi=False) -> PointLayout:
@@ -460,7 +460,7 @@ def _vectorised_function(inputs, graphs, batch_inputs):
         # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the
         # value itself is what η needs
         views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
-        plain = pytensor.graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
+        plain = graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
                                        strict=False)
         return vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
 
@@ -480,7 +480,7 @@ def _without_parameter_checks(graph):
               if isinstance(node.op, CheckParameterValue)]
     if not checks:
         return graph
-    return pytensor.graph_replace(graph, {node.outputs[0]: node.inputs[0] for node in checks}, strict=False)
+    return graph_replace(graph, {node.outputs[0]: node.inputs[0] for node in checks}, strict=False)
 
 
 def could_be_distributional(model) -> bool:
@@ -554,7 +554,7 @@ def _affine_in_row_free(tall, raw, candidates):
         raise ValueError("the parameters are not affine in θ and read no row-free value of θ")
     phi = RowFreeParameters(tall.theta, tall.ndim, frontier)
     phi.value(tall.initial_theta)  # the pieces' shapes
-    raw_phi = pytensor.graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
+    raw_phi = graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
     fn = compile_python([*phi.inputs, *tall.batch_inputs], raw_phi)
     links = _affine_links(tall, lambda flat, batch: fn(*phi.split(flat), *batch), phi.size, candidates)
     return phi, links, raw

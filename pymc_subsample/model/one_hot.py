@@ -22,9 +22,10 @@ import pytensor.tensor as pt
 from pytensor.compile.ops import ViewOp
 from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.tensor.shape import Reshape, SpecifyShape
-from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor, get_idx_list
+from pytensor.tensor.subtensor import Subtensor
 
 from pymc_subsample.model.compile import compile_python
+from pymc_subsample.model.op_patterns import is_row_gather, row_gather_index, subtensor_indices
 
 __all__ = ["OneHotBlock", "PointLayout", "coordinates_read", "find_one_hot_blocks", "jacobian_products"]
 
@@ -74,23 +75,14 @@ def find_one_hot_blocks(graphs, sources, batch_inputs) -> list[OneHotBlock]:
             clients.setdefault(var, []).append(node)
     blocks = []
     for node in nodes:
-        if not is_row_gather(node) or set(source_vars) & set(ancestors([node.inputs[1]])):
+        if not is_row_gather(node) or set(source_vars) & set(ancestors([row_gather_index(node)])):
             continue
         found = _coordinate_range(node.inputs[0], sources, clients)
         if found is not None and _read_only_there(*found[:-1], clients):
             columns = found[-1]
-            blocks.extend(OneHotBlock(found[0], found[1], node.inputs[1], offset=j, stride=columns)
+            blocks.extend(OneHotBlock(found[0], found[1], row_gather_index(node), offset=j, stride=columns)
                           for j in range(columns))
     return sorted(blocks, key=lambda block: (block.start, block.offset))
-
-
-def is_row_gather(node) -> bool:
-    """Whether ``node`` is x[index] along x's first axis by one integer vector (a group index)."""
-    op = node.op
-    if isinstance(op, AdvancedSubtensor1):
-        return True
-    return (isinstance(op, AdvancedSubtensor) and len(node.inputs) == 2 and node.inputs[1].ndim == 1
-            and node.inputs[1].dtype.startswith(("int", "uint")))
 
 
 def _coordinate_range(x, sources, clients):
@@ -131,7 +123,7 @@ def _constant_slice(node, size):
     """(start, stop) of θ[start:stop] in a Subtensor node of θ (of ``size`` values), or None where a
     bound is not a constant (θ[i] reads one coordinate: (i, i + 1)).
     """
-    (index,) = get_idx_list(node.inputs, node.op.idx_list)
+    (index,) = subtensor_indices(node)
     try:
         if not isinstance(index, slice):
             start = int(pt.get_underlying_scalar_constant_value(index))

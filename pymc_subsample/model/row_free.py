@@ -27,7 +27,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.model.compile import compile_derived, compile_function, compile_python
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
-from pymc_subsample.model.one_hot import is_row_gather
+from pymc_subsample.model.op_patterns import is_row_gather
 
 __all__ = ["RowFreeParameters", "lift_row_free_into_gathers", "row_free_frontier"]
 
@@ -42,7 +42,7 @@ def lift_row_free_into_gathers(graphs, row_inputs) -> list:
     PyMC users write a non-centred effect either way (``a = μ + σ z`` then ``a[g]``, or
     ``μ + σ z[g]`` in the likelihood); the second one had no regression view and took the generic
     set-up (200 groups, 10⁵ rows: 2.6 s warm). A gather is ``x[index]`` by an integer vector
-    (:func:`~pymc_subsample.model.one_hot.is_row_gather`) with ``x`` reading no row; the other
+    (:func:`~pymc_subsample.model.op_patterns.is_row_gather`) with ``x`` reading no row; the other
     operands must read no row and be broadcastable along every axis, so the op gives x's shape
     before the gather and the gather's after it.
     """

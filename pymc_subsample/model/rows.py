@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor
+from pytensor.graph.replace import clone_replace
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
@@ -174,7 +175,7 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
         rest = pt.as_tensor_variable(np.asarray(const.data)[1:].astype(const.dtype))
         head = pt.cast(pt.atleast_1d(n_rows_symbolic), const.dtype)
         replace[const] = pt.concatenate([head, rest]) if rest.type.shape[0] else head
-    new_outputs = pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)
+    new_outputs = clone_replace(list(outputs), replace, rebuild_strict=False)
     return _relax_row_shape_checks(new_outputs, n_rows)
 
 
@@ -229,4 +230,4 @@ def _relax_row_shape_checks(outputs, n_rows):
         replace[node.outputs[0]] = specify_shape(node.inputs[0], relaxed)
     if not replace:
         return outputs
-    return pytensor.clone_replace(list(outputs), replace, rebuild_strict=False)
+    return clone_replace(list(outputs), replace, rebuild_strict=False)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor
+from pytensor.graph.replace import clone_replace
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.tensor.variable import TensorVariable
@@ -58,7 +59,7 @@ class DataSetRows:
         stacked rows: its data padded as its log-density's are, so that a batch gathers it alike.
         """
         # rebuilt, not replaced: the data's static length (numpy data has one) changes with it
-        return pytensor.clone_replace(graph, self.replacements, rebuild_strict=False)
+        return clone_replace(graph, self.replacements, rebuild_strict=False)
 
 
 def stacked_rows(names, terms, lengths):

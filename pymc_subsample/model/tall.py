@@ -23,10 +23,9 @@ from pymc.pytensorf import find_rng_nodes
 from pymc.util import get_transformed_name
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import ifelse
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.math import Dot, variadic_add
-from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
 from pymc_subsample.model.compile import (
     PYTHON_LINKER,
@@ -35,6 +34,7 @@ from pymc_subsample.model.compile import (
     compile_python,
     has_blockwise,
 )
+from pymc_subsample.model.op_patterns import is_advanced_indexing
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
@@ -484,7 +484,7 @@ class TallModel:
 
     def _has_advanced_indexing(self) -> bool:
         return any(
-            isinstance(node.op, (AdvancedSubtensor, AdvancedSubtensor1))
+            is_advanced_indexing(node)
             for node in applys_between([self.theta, *self.batch_inputs], [self.batch_loglik])
         )
 
@@ -512,7 +512,7 @@ class TallModel:
             hvps = vectorize_graph(hvp, replace={self.direction: directions})
         else:
             # k is 0 or 1: the sum of the rows is that row, and safe to index when k = 0
-            one = pytensor.graph_replace(hvp, {self.direction: directions.sum(axis=0)}, strict=False)
+            one = graph_replace(hvp, {self.direction: directions.sum(axis=0)}, strict=False)
             none = pt.zeros((0, self.ndim), dtype=self.theta.dtype)
             hvps = ifelse(directions.shape[0] > 0, pt.shape_padleft(one), none)
         return self._setup_io(directions, total, grad, hvps)
@@ -774,7 +774,7 @@ def _joined_inputs(point, outputs, inputs, joined=None):
         size = int(np.prod(shape, dtype=int))
         replace[var] = var.type.filter_variable(joined[start:start + size].reshape(shape).astype(var.dtype))
         start += size
-    return pytensor.graph_replace(list(outputs), replace, strict=False), joined
+    return graph_replace(list(outputs), replace, strict=False), joined
 
 
 def model_initial_point(model) -> dict:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor
+from pytensor.graph.replace import graph_replace
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import applys_between
@@ -33,9 +34,10 @@ from pytensor.tensor.basic import Alloc, ExtractDiag
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.math import Dot
-from pytensor.tensor.rewriting.linalg import is_matrix_transpose
-from pytensor.tensor.slinalg import Cholesky, SolveTriangular
+from pytensor.tensor.linalg import Cholesky, SolveTriangular
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
+
+from pymc_subsample.model.op_patterns import is_matrix_transpose
 
 __all__ = ["diagonals_by_indexing", "factors_from_triangular_products", "small_triangular_solves"]
 
@@ -59,7 +61,7 @@ def _replace_nodes(output, inputs, replacement_of):
             replacements[old] = old.type.filter_variable(new, allow_convert=True)
     if not replacements:
         return output
-    return pytensor.graph_replace(output, replacements, strict=False)
+    return graph_replace(output, replacements, strict=False)
 
 
 def _factor_of_triangular_product(node):

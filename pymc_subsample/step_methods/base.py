@@ -24,7 +24,6 @@ from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
-from pymc_subsample.model.compile import set_up_without_overheads
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
 __all__ = [
@@ -87,12 +86,6 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     #: step, then diverged on that curved posterior in one run of three
     row_free_proxy = False
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "__init__" in vars(cls):  # every step's set-up, however it is subclassed
-            cls.__init__ = set_up_without_overheads(cls.__init__)
-
-    @set_up_without_overheads
     def __init__(
         self,
         vars=None,

@@ -30,7 +30,6 @@ from pymc_subsample.diagnostics.progress import ProgressBarMixin, StatColumn
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import set_up_without_overheads
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.step_methods.base import SubsampleStepState, centred_target, check_positive, warn_poor
 from pymc_subsample.subsample.summaries import make_summary
@@ -207,7 +206,6 @@ class ISS(ProgressBarMixin, ArrayStepShared):
         StatColumn("acceptance_rate", "acc", "{:.2f}"),
     )
 
-    @set_up_without_overheads
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
                  swap_size=None, inner="mh", model=None, center=None, init_at_center=True,
                  target_refresh=0.05, target_accept=None, n_leapfrog=8, thin=None,

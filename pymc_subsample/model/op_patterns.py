@@ -1,0 +1,74 @@
+"""The PyTensor op patterns the graph analysis recognises, in one place.
+
+Op classes and their properties change between PyTensor releases (PyTensor 3 folded
+``AdvancedSubtensor1`` into ``AdvancedSubtensor`` with an ``idx_list``, made ``Join``'s axis a
+property, moved the linear-algebra rewrites). Every match of an op type made by the analysis is a
+function here, each tested in ``tests/test_op_patterns.py``; a pattern that is not recognised
+answers False (or None), and the caller then takes its generic path: the model is still sampled,
+without the shortcut.
+"""
+
+from __future__ import annotations
+
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.subtensor import AdvancedSubtensor, get_idx_list
+
+__all__ = ["is_advanced_indexing", "is_matrix_transpose", "is_row_gather", "subtensor_indices"]
+
+
+def _index_entries(node):
+    """The entries of an ``AdvancedSubtensor``'s index (slices and index variables), or None."""
+    idx_list = getattr(node.op, "idx_list", None)
+    if idx_list is None:
+        return list(node.inputs[1:])
+    try:
+        return list(get_idx_list(node.inputs, idx_list))
+    except Exception:  # another signature: not recognised
+        return None
+
+
+def is_advanced_indexing(node) -> bool:
+    """Whether ``node`` indexes an array by integer or boolean arrays (x[index], x[:, index])."""
+    return isinstance(node.op, AdvancedSubtensor)
+
+
+def is_row_gather(node) -> bool:
+    """Whether ``node`` is x[index] along x's first axis by one integer vector (a group index)."""
+    if not isinstance(node.op, AdvancedSubtensor):
+        return False
+    entries = _index_entries(node)
+    if entries is None or len(entries) != 1:
+        return False
+    (index,) = entries
+    return (not isinstance(index, slice) and getattr(index, "ndim", None) == 1
+            and index.dtype.startswith(("int", "uint")))
+
+
+def row_gather_index(node):
+    """The integer vector of a node :func:`is_row_gather` accepts."""
+    (index,) = _index_entries(node)
+    return index
+
+
+def subtensor_indices(node):
+    """The entries (slices, scalar indices) of a basic ``Subtensor`` node's index."""
+    return get_idx_list(node.inputs, node.op.idx_list)
+
+
+def is_matrix_transpose(x) -> bool:
+    """Whether ``x`` is the transpose of its input's last two axes (a ``DimShuffle`` that swaps them,
+    leading axes expanded or kept in place).
+    """
+    node = x.owner
+    if node is None or not isinstance(node.op, DimShuffle):
+        return False
+    order = list(node.op.new_order)
+    ndim = node.inputs[0].ndim
+    if ndim < 2:
+        return False
+    kept = [i for i in order if i != "x"]
+    expected = [*range(ndim - 2), ndim - 1, ndim - 2]
+    if kept != expected:
+        return False
+    # expanded axes only before the transposed pair
+    return all(i == "x" for i in order[: len(order) - ndim]) and order[len(order) - ndim:] == expected
