@@ -36,7 +36,7 @@ from pymc_subsample.control_variates.taylor import make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_derived
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_derived, mode_key
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -63,7 +63,7 @@ class SubsampledTarget:
         self.proxy = make_proxy(tall, self.glm, center, order, chunk_size=chunk_size)
         self.center = self.proxy.center
         self.order = self.proxy.order
-        self._functions = {}
+        self._functions_by_mode = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
@@ -111,6 +111,15 @@ class SubsampledTarget:
         q = truncate(self.order, at_center, slope, curvature)
         q = graph_replace(q, {direction: tall.theta - center}, strict=False)
         return tall.batch_loglik - q
+
+    @property
+    def _functions(self) -> dict:
+        return self._functions_by_mode.setdefault(mode_key(), {})
+
+    def compiled_functions(self) -> list:
+        """The functions this target has compiled, in every mode."""
+        return [f for functions in self._functions_by_mode.values() for f in functions.values()
+                if hasattr(f, "maker")]
 
     def _compile(self, key, build):
         """The function ``key``: ``build(at_center) -> (its other inputs, derive)``, where ``derive()``

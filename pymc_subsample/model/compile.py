@@ -25,6 +25,8 @@ __all__ = [
     "compile_function",
     "compile_mode",
     "compile_python",
+    "current_mode",
+    "mode_key",
     "has_blockwise",
 ]
 
@@ -63,6 +65,11 @@ def current_mode(exclude=()):
     """The mode functions are compiled in now, without the rewrites named in ``exclude``."""
     mode = _mode.get() or get_mode(None)
     return mode.excluding(*exclude) if exclude else mode
+
+
+def mode_key():
+    """A hashable name of :func:`current_mode`, for caches of compiled functions."""
+    return _mode.get() or get_mode(None)
 
 
 def compile_function(inputs, outputs, *, exclude=()):

@@ -33,6 +33,7 @@ from pymc_subsample.model.compile import (
     compile_function,
     compile_python,
     has_blockwise,
+    mode_key,
 )
 from pymc_subsample.model.op_patterns import is_advanced_indexing
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
@@ -161,7 +162,7 @@ class TallModel:
         self.ndim = int(sum(np.prod(shape, dtype=int) for _, shape, *_ in self._point_map_info))
         self.prior_graph = prior
         self._loglik_rows = loglik_rows
-        self._functions = {}
+        self._functions_by_mode = {}
         self._template = self  # where views found later are kept, by every use (_analysed_template)
         self._hvp_vectorised = True
         self._affine_view = None  # distributional.affine_view, found on first use
@@ -236,6 +237,11 @@ class TallModel:
                 function = compile_function(inputs, outputs)
             self._functions[key] = function
         return self._functions[key]
+
+    @property
+    def _functions(self) -> dict:
+        """This model's compiled functions in the mode functions are compiled in now."""
+        return self._functions_by_mode.setdefault(mode_key(), {})
 
     def kept_function(self, key, make):
         """``make()``, a function of this model's graphs made by other code (an estimator's), kept

@@ -9,6 +9,7 @@ chains sampled in sequence and tuning never leaks from one chain to the next.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -23,6 +24,7 @@ from pymc_subsample.control_variates.taylor import check_proxy_order
 from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
@@ -36,7 +38,49 @@ __all__ = [
 ]
 
 #: keyword arguments of :class:`SubsampleStep` that subclasses with their own ``**kwargs`` pass on
-BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client", "progressbar")
+BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client", "progressbar", "compile_kwargs")
+
+
+def requested_mode(compile_kwargs) -> object:
+    """The PyTensor mode a step's ``compile_kwargs`` asks for (None: PyTensor's default)."""
+    if compile_kwargs is None:
+        return None
+    unknown = set(compile_kwargs) - {"mode"}
+    if unknown:
+        raise ValueError(
+            f"compile_kwargs takes only 'mode' (a PyTensor mode such as 'NUMBA' or 'C'); got {sorted(unknown)}."
+        )
+    return compile_kwargs.get("mode")
+
+
+def in_requested_mode(init):
+    """Run a step's ``__init__`` with its functions compiled in the mode of its ``compile_kwargs``."""
+
+    @functools.wraps(init)
+    def wrapped(self, *args, **kwargs):
+        mode = requested_mode(kwargs.get("compile_kwargs"))
+        self.compile_mode = mode
+        with compile_mode(mode):
+            return init(self, *args, **kwargs)
+
+    return wrapped
+
+
+class RequestedModeMixin:
+    """Every ``__init__`` and ``step`` of a subclass compiles in the step's requested mode."""
+
+    compile_mode = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in vars(cls):
+            cls.__init__ = in_requested_mode(cls.__init__)
+
+    def step(self, point):
+        if self.compile_mode is None:
+            return super().step(point)
+        with compile_mode(self.compile_mode):  # a function compiled on first use
+            return super().step(point)
 
 
 @dataclass_state
@@ -46,7 +90,7 @@ class SubsampleStepState(StepMethodState):
     tune: bool
 
 
-class SubsampleStep(ProgressBarMixin, ArrayStepShared):
+class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     """Base class: model → tall model → centre → one :class:`SubsampledTarget`, plus PyMC plumbing.
 
     The columns each subclass adds to PyMC's progress bar are its ``_progress_columns`` (or its
@@ -75,6 +119,9 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         Show PyMC's progress bar over the chunks of the set-up's long full-data passes (10 or more
         chunks); ``pm.sample(progressbar=False)`` cannot reach a step built before it, so pass
         ``progressbar=False`` here too.
+    compile_kwargs : dict, optional
+        ``{"mode": ...}``: the PyTensor mode the step's functions are compiled in ("NUMBA", the
+        default, "C", "FAST_COMPILE" or a ``Mode``).
     """
 
     is_exact: bool = False
@@ -98,6 +145,7 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
         initial_point=None,
         client=None,
         progressbar=True,
+        compile_kwargs=None,
     ):
         model = pm.modelcontext(model)
         proxy_order = check_proxy_order(proxy_order)
@@ -142,6 +190,11 @@ class SubsampleStep(ProgressBarMixin, ArrayStepShared):
     def competence(var, has_grad):
         """Never chosen automatically: subsampling changes the target, so it is opt-in."""
         return Competence.INCOMPATIBLE
+
+    def setup_chain(self, rng, tune, draws):
+        """PyMC 6 calls this before each chain: the chain's generator, and no checks carried over."""
+        super().setup_chain(rng, tune, draws)
+        self.monitor = None
 
     def stop_tuning(self):
         self.tune = False

@@ -31,7 +31,13 @@ from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_chec
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.base import SubsampleStepState, centred_target, check_positive, warn_poor
+from pymc_subsample.step_methods.base import (
+    RequestedModeMixin,
+    SubsampleStepState,
+    centred_target,
+    check_positive,
+    warn_poor,
+)
 from pymc_subsample.subsample.summaries import make_summary
 
 __all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]
@@ -89,7 +95,7 @@ class ISSState(SubsampleStepState):
     monitor: object = None
 
 
-class ISS(ProgressBarMixin, ArrayStepShared):
+class ISS(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     """Informed sub-sampling MCMC (seed 002, "ISS-MCMC").
 
     Parameters
@@ -209,7 +215,7 @@ class ISS(ProgressBarMixin, ArrayStepShared):
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
                  swap_size=None, inner="mh", model=None, center=None, init_at_center=True,
                  target_refresh=0.05, target_accept=None, n_leapfrog=8, thin=None,
-                 chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None):
+                 chunk_size=DEFAULT_CHUNK_SIZE, rng=None, initial_point=None, compile_kwargs=None):
         if isinstance(model, TallModel):
             tall = model  # reuse its compiled functions (several ISS runs on one model)
         else:
