@@ -4,10 +4,9 @@ Per zoo model (tests/zoo.py, X and y as pm.Data), at each N: constructing ``pms.
 the process, as a multiple of one full-data gradient of PyMC's own at N (``logp_dlogp_function`` at
 HMCECS's centre, timed beside each construction: :func:`warm_setup`), in two ways: with the compiled
 functions and model analyses the process keeps in memory (a second set-up in one session: a notebook
-cell run again, a loop over data sets), and with that memory cleared, so that each function is
-loaded from the disk cache and linked again and the model analysed again, as in a new process (less
-the imports, and the reading of PyTensor's module index, which ``zoo.py``'s new-process column
-includes); each the median of five constructions. Then the part that does not grow with N (the same
+cell run again, a loop over data sets), and with the kept analyses cleared, so that the model is
+analysed and its functions compiled again (PyTensor's Numba cache serving the kernels), as in a new
+process (less the imports, which ``zoo.py``'s new-process column includes); each the median of five constructions. Then the part that does not grow with N (the same
 constructions on 2·10⁴ rows, whose passes cost 2% of a 10⁶-row one) and the rest, the set-up's work
 on the rows, in passes of the best of five gradients; and how many full passes over the rows the
 set-up made (``TallModel.full_passes``: the centre's, the proxy's).
@@ -33,7 +32,6 @@ from estimator import best_time  # noqa: E402
 from zoo import ZOO, build  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
-from pymc_subsample.model import function_cache  # noqa: E402
 from pymc_subsample.model.tall import forget_kept_analyses  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -57,8 +55,7 @@ def warm_setup(model, repeats=5):
         passes = {"memory": [], "disk": []}
         for _ in range(repeats):
             for way in ("memory", "disk"):
-                if way == "disk":  # as a new process finds them: no function nor analysis in memory
-                    function_cache.forget_functions_in_memory()
+                if way == "disk":  # as a new process finds them: no analysis nor function in memory
                     forget_kept_analyses()
                 pass_s = best_time(gradient, 3)
                 start = time.perf_counter()

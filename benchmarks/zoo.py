@@ -13,8 +13,7 @@ process:
 
 Then, in a new process on the same (now warm) PyTensor cache, what a user's second run of a script
 costs: constructing ``pms.HMCECS()`` against PyMC's ``logp_dlogp_function``, in full-gradient passes
-(our compiled functions are kept on disk with their rewritten graphs, PyMC's graphs are rewritten
-again in every process: ``pymc_subsample/model/function_cache.py``).
+(both rewrite their graphs again in every process; PyTensor's Numba cache serves the kernels).
 
 ``--cold`` also measures, each in a subprocess with an empty PyTensor cache, the time from
 ``pm.sample`` with HMCECS to the end of a 1-draw run against the same for PyMC's NUTS.

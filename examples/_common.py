@@ -1,4 +1,4 @@
-"""Small helpers shared by the seed examples: data paths, the logistic model, timing, tables, PNGs."""
+"""Small helpers shared by the examples: data paths, the logistic model, timing, tables, PNGs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pymc as pm
+
+import pymc_subsample as pms
+from pymc_subsample.diagnostics.compare import sampling_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -49,6 +52,53 @@ def timed(store, key):
         store[key] = store.get(key, 0.0) + time.perf_counter() - start
 
 
+def sample_timed(**kwargs):
+    """``pm.sample(**kwargs)`` (in the current model context) and the wall seconds it took."""
+    start = time.perf_counter()
+    idata = pm.sample(**kwargs)
+    return idata, time.perf_counter() - start
+
+
+def compare_timed(idata, setup, wall, reference, reference_wall, label="this run", **kwargs):
+    """``pms.compare`` with each run's set-up taken as wall time minus its recorded sampling time.
+
+    Parameters
+    ----------
+    idata, reference : xarray.DataTree
+        The runs, as ``pm.sample`` returns them.
+    setup : float
+        Seconds spent before ``pm.sample`` for ``idata`` (building the step: MAP, proxy sums).
+    wall, reference_wall : float
+        Wall seconds around each ``pm.sample`` call.
+    label : str, default "this run"
+        Name of ``idata`` in the returned line.
+    **kwargs
+        Passed to ``pms.compare`` (``n_rows``, ``var_names``).
+
+    Returns
+    -------
+    result : pymc_subsample.Comparison
+    how : str
+        How the seconds were counted: set-up plus recorded sampling time where both runs
+        recorded one (``sampling_time``), else wall time including set-up for both.
+    """
+    recorded, reference_recorded = sampling_seconds(idata), sampling_seconds(reference)
+    if np.isfinite(recorded) and np.isfinite(reference_recorded):
+        # pm.sample's own work outside the draws (compilation, initialisation, conversion) is set-up
+        setup_total = setup + wall - recorded
+        reference_setup = reference_wall - reference_recorded
+        result = pms.compare(idata, reference, setup_seconds=setup_total,
+                             reference_setup_seconds=reference_setup, **kwargs)
+        how = (f"seconds = set-up + recorded sampling time: {label} {setup_total:.1f} + {recorded:.1f} s, "
+               f"reference {reference_setup:.1f} + {reference_recorded:.1f} s")
+    else:
+        result = pms.compare(idata, reference, seconds=setup + wall, reference_seconds=reference_wall,
+                             **kwargs)
+        how = ("no sampling time recorded, so seconds are wall time including set-up for both: "
+               f"{label} {setup + wall:.1f} s, reference {reference_wall:.1f} s")
+    return result, how
+
+
 def print_table(header, rows, floatfmt=".3g"):
     """A Markdown table (what the READMEs paste)."""
 
@@ -85,6 +135,6 @@ def save_png(fig, path, dpi=90, max_kb=150):
 
 
 def flat(idata, var="beta"):
-    """(draws, d) array of one vector variable, chains stacked."""
+    """(draws, d) array of one vector variable, chains stacked (``idata`` as pm.sample returns it)."""
     values = idata.posterior[var].values
     return values.reshape(-1, int(np.prod(values.shape[2:], dtype=int)))

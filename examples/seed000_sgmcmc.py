@@ -73,7 +73,7 @@ def one_scale(X, y, factor, args, seconds):
         center = pms.find_map(progressbar=False)["beta"]
         with timed(seconds, f"NUTS x{factor}"):
             ref = flat(pm.sample(draws=args.ref_draws, tune=500, chains=1, random_seed=1,
-                                 initvals={"beta": center}, **SAMPLE))
+                                 nuts_sampler="pymc", initvals={"beta": center}, **SAMPLE))
     ref_mean, ref_var = ref.mean(0), ref.var(0)
     lip = linear_predictor_lipschitz(Xs, 0.25)  # logistic: |ℓ''| ≤ 1/4, so L_k = ‖x_k‖²/4
     runs = {}

@@ -25,7 +25,7 @@ import argparse
 import warnings
 from pathlib import Path
 
-import arviz as az
+import arviz_stats as azs
 import numpy as np
 import pymc as pm
 from _common import (
@@ -84,7 +84,8 @@ def run_pair(name, X, y, args):
     axis_ratio = np.sqrt(np.diag(axes.T @ np.cov(b, rowvar=False) @ axes) / eigval[[-1, 0]])
     evals = float(sg.sample_stats["n_grad_evals"].sum())
     row = [name, n_rows, d, args.batch, f"{k:.3f}", first, b.shape[0],
-           f"{float(az.ess(kept)['beta'].min()):.0f}", f"{float(az.ess(mh)['beta'].min()):.0f}",
+           f"{float(azs.ess(kept, var_names=['beta'])['beta'].min()):.0f}",
+           f"{float(azs.ess(mh, var_names=['beta'])['beta'].min()):.0f}",
            f"{seconds['mh']:.0f}", f"{seconds['osgfs']:.0f}", f"{evals / n_rows:.0f}",
            f"{np.max(np.abs(b.mean(0) - a.mean(0)) / sd):.2f}",
            f"{np.min(b.std(0) / sd):.2f}–{np.max(b.std(0) / sd):.2f}",

@@ -27,7 +27,7 @@ import argparse
 import warnings
 from pathlib import Path
 
-import arviz as az
+import arviz_stats as azs
 import numpy as np
 import pymc as pm
 from _common import DATA, DOCS, SAMPLE, data_path, flat, logistic_model, print_table, pyplot, save_png, timed
@@ -75,7 +75,7 @@ def run(model, make_step, draws, tune, seconds, name, seed=1):
 def table2_row(name, idata, n_rows, m, draws):
     """Seed 004 Table 2: α_θ, α_u, L, IF (mean over parameters), ESS = R/IF, τ̂, 100 m/N."""
     st = idata.sample_stats
-    ess = az.ess(idata, var_names=["beta"])["beta"].values
+    ess = azs.ess(idata, var_names=["beta"])["beta"].values
     inefficiency = float(np.mean(draws / ess))
 
     def mean(stat):
@@ -99,7 +99,7 @@ def cost_per_effective_draw(idata, n_rows):
         evals = float(st["n_grad_evals"].sum())
     else:
         evals = float(st["n_steps"].sum()) * n_rows
-    ess = az.ess(idata, var_names=["beta"])["beta"].values
+    ess = azs.ess(idata, var_names=["beta"])["beta"].values
     return draws / ess * evals / draws
 
 
@@ -173,8 +173,8 @@ def main(args):
 
     plt = pyplot()
     pick = np.sort(np.random.default_rng(4).choice(d, 4, replace=False))  # "four randomly selected"
-    sub = az.InferenceData(posterior=runs["HMC-ECS perturbed"].posterior.isel(beta_dim_0=pick),
-                           sample_stats=runs["HMC-ECS perturbed"].sample_stats)
+    # DataTree.isel selects in the groups that have the dim (the posterior) and keeps the others whole
+    sub = runs["HMC-ECS perturbed"].isel(beta_dim_0=pick)
     figures = pms.plot_compare(sub, reference.isel(beta_dim_0=pick), figsize=(9, 2.6),
                                kind=["densities"])
     figures.update(pms.plot_compare(runs["HMC-ECS perturbed"], reference, kind=["moments", "loglik_var"],

@@ -2,7 +2,7 @@
 
 import sys
 
-import arviz as az
+import arviz_base as azb
 import numpy as np
 import pytest
 
@@ -23,7 +23,7 @@ def agg_backend(monkeypatch):
 
 
 def make_run(seed, *, n_chains=2, n_draws=200, shift=0.0, loglik_var=False, negative_signs=False):
-    """A small InferenceData with ``alpha`` (scalar) and ``beta`` (shape 3)."""
+    """A small DataTree with ``alpha`` (scalar) and ``beta`` (shape 3)."""
     rng = np.random.default_rng(seed)
     posterior = {
         "alpha": rng.normal(shift, 1.0, size=(n_chains, n_draws)),
@@ -36,7 +36,10 @@ def make_run(seed, *, n_chains=2, n_draws=200, shift=0.0, loglik_var=False, nega
         if negative_signs:
             signs[:, ::10] = -1
         sample_stats["sign"] = signs
-    return az.from_dict(posterior=posterior, sample_stats=sample_stats or None)
+    groups = {"posterior": posterior}
+    if sample_stats:
+        groups["sample_stats"] = sample_stats
+    return azb.from_dict(groups)
 
 
 def assert_png(path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import arviz as az
+import arviz_stats as azs
 import numpy as np
 import pandas as pd
 
-from pymc_subsample.diagnostics.signed import flat_draws, sign_weighted
+from pymc_subsample.diagnostics.signed import run_group, sign_weighted
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "bulk_ess", "compare", "sampling_seconds"]
 
 
 @dataclass
@@ -102,42 +102,75 @@ def _moments(idata, var_names):
     return list(table.index), table["mean"].to_numpy(), table["sd"].to_numpy()
 
 
-def _cost(idata, n_rows, extra_seconds):
+def sampling_seconds(idata) -> float:
+    """Seconds that the sampler itself recorded for a run, NaN when it recorded none.
+
+    PyMC writes ``sampling_time`` (the draws, without compilation and initialisation) into the
+    attributes of both ``sample_stats`` and ``posterior``; through ``pm.sample(nuts_sampler="nutpie")``
+    only ``posterior`` has it, so both groups are read.
+
+    Parameters
+    ----------
+    idata : xarray.DataTree or object
+        What ``pm.sample`` returns, or an object with ``posterior``/``sample_stats`` attributes.
+
+    Returns
+    -------
+    float
+    """
+    for group in ("sample_stats", "posterior"):
+        data = run_group(idata, group)
+        if data is not None and "sampling_time" in data.attrs:
+            return float(data.attrs["sampling_time"])
+    return float("nan")
+
+
+def _cost(idata, n_rows, extra_seconds, seconds=None):
     """Total seconds, total per-row likelihood evaluations and number of draws of a run."""
-    stats = idata.sample_stats
-    draws = int(stats.sizes["chain"] * stats.sizes["draw"])
-    seconds = float(stats.attrs.get("sampling_time", np.nan)) + extra_seconds
-    if "n_loglik_evals" in stats:
+    post, stats = run_group(idata, "posterior"), run_group(idata, "sample_stats")
+    draws = int(post.sizes["chain"] * post.sizes["draw"])
+    seconds = sampling_seconds(idata) + extra_seconds if seconds is None else float(seconds)
+    if stats is not None and "n_loglik_evals" in stats:
         evals = float(stats["n_loglik_evals"].sum())
-    elif n_rows is not None and "n_steps" in stats:
+    elif n_rows is not None and stats is not None and "n_steps" in stats:
         evals = float(stats["n_steps"].sum()) * n_rows  # full-data gradient steps
     else:
         evals = np.nan
     return {"seconds": seconds, "evals": evals, "draws": draws}
 
 
-def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0, reference_setup_seconds=0.0):
+def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0, reference_setup_seconds=0.0,
+            seconds=None, reference_seconds=None):
     """Compare a sample with a reference (e.g. full-data NUTS).
 
     Parameters
     ----------
-    idata : InferenceData
-        The sample (signed runs are sign-weighted, seed 004 eq. 5.3).
-    reference : InferenceData or dict
-        Reference sample, or a dict with ``mean`` and ``sd`` arrays in the same flattened
-        order (as in ``../shared/data/skin/reference_nuts.json``).
-    var_names : list of str, optional
+    idata : xarray.DataTree or object
+        The sample, as ``pm.sample`` returns it (an object with ``posterior`` and
+        ``sample_stats`` attributes holding Datasets also works). Signed runs are
+        sign-weighted, seed 004 eq. 5.3.
+    reference : xarray.DataTree, object or dict
+        Reference sample in the same forms, or a dict with ``mean`` and ``sd`` arrays in the
+        same flattened order (as in ``../shared/data/skin/reference_nuts.json``).
+    var_names : str or list of str, optional
+        Posterior variables to compare, by default all of the sample's.
     n_rows : int, optional
         N, to cost a full-data reference as n_steps x N evaluations.
     setup_seconds, reference_setup_seconds : float
-        Added to the sampling times (MAP, proxy sums, compilation).
+        Added to the sampling times that the samplers recorded (``sampling_time``, see
+        :func:`sampling_seconds`): MAP, proxy sums, compilation.
+    seconds, reference_seconds : float, optional
+        Total seconds of a run, set-up included, measured by the caller (e.g. wall time around
+        set-up and ``pm.sample``). When given, used instead of the recorded sampling time plus
+        ``setup_seconds`` / ``reference_setup_seconds``; needed when a sampler records no
+        sampling time.
 
     Returns
     -------
     Comparison
         ``table`` columns: mean, sd, ref_mean, ref_sd, abs_mean_diff_over_sd, sd_ratio,
         ess_bulk, inefficiency (IF = draws/ESS), ess_per_second, ess_per_million_evals,
-        ct (IF x evaluations per draw, seed 004 eq. 3.2) and, with an InferenceData
+        ct (IF x evaluations per draw, seed 004 eq. 3.2) and, with a sampled (not dict)
         reference, ref_ess_bulk, ref_ess_per_second, ess_per_second_ratio and relative_ct
         (CT_ref / CT, eq. 6.1). ``print(result)`` leads with cost (seconds with set-up,
         ESS, ESS/s and the ratio), then agreement, in under 100 columns.
@@ -160,10 +193,10 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
         },
         index=names,
     )
-    cost = _cost(idata, n_rows, setup_seconds)
+    cost = _cost(idata, n_rows, setup_seconds, seconds)
     _add_efficiency(table, idata, var_names, cost, "")
     if not isinstance(reference, dict):
-        ref_cost = _cost(reference, n_rows, reference_setup_seconds)
+        ref_cost = _cost(reference, n_rows, reference_setup_seconds, reference_seconds)
         ref_table = pd.DataFrame(index=names)
         _add_efficiency(ref_table, reference, var_names, ref_cost, "")
         table["ref_ess_bulk"] = ref_table["ess_bulk"].to_numpy()
@@ -174,11 +207,35 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
     return Comparison(table, cost)
 
 
+def bulk_ess(idata, var_names=None):
+    """Bulk ESS of every scalar posterior component, in the order of ``flat_draws``.
+
+    Parameters
+    ----------
+    idata : xarray.DataTree or object
+        A run with a posterior group.
+    var_names : str or list of str, optional
+        Posterior variables, by default all of them.
+
+    Returns
+    -------
+    numpy.ndarray
+        One ESS per scalar component (arviz-stats' rank-normalised bulk ESS).
+    """
+    post = run_group(idata, "posterior")
+    names = (list(post.data_vars) if var_names is None
+             else [var_names] if isinstance(var_names, str) else list(var_names))
+    ess = azs.ess(post[names], method="bulk")
+    columns = []
+    for v in names:
+        # the variable's other dims in the posterior's order, so components flatten as flat_draws does
+        dims = [d for d in post[v].dims if d not in ("chain", "draw")]
+        columns.append(np.atleast_1d(ess[v].transpose(*dims).values).ravel())
+    return np.concatenate(columns)
+
+
 def _add_efficiency(table, idata, var_names, cost, prefix):
-    _, draws = flat_draws(idata, var_names)
-    ess_ds = az.ess(idata, var_names=var_names, method="bulk")
-    ess = np.concatenate([np.atleast_1d(ess_ds[v].values).ravel() for v in ess_ds.data_vars])
-    ess = ess[: draws.shape[1]]
+    ess = bulk_ess(idata, var_names)
     table[prefix + "ess_bulk"] = ess
     table[prefix + "inefficiency"] = cost["draws"] / ess
     table[prefix + "ess_per_second"] = ess / cost["seconds"]

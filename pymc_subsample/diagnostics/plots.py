@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import arviz as az
+import arviz_stats as azs
 import numpy as np
 
-from pymc_subsample.diagnostics.signed import draw_signs, flat_draws, weighted_moments
+from pymc_subsample.diagnostics.signed import draw_signs, flat_draws, run_group, weighted_moments
 
 __all__ = ["plot_compare", "PLOT_KINDS"]
 
@@ -30,8 +30,15 @@ def _pyplot():
     return plt
 
 
+def _posterior_vars(idata, label):
+    post = run_group(idata, "posterior")
+    if post is None:
+        raise ValueError(f"The {label} has no posterior group: pass the result of pm.sample.")
+    return list(post.data_vars)
+
+
 def _shared_var_names(idata, reference, var_names):
-    sample_vars, reference_vars = list(idata.posterior.data_vars), list(reference.posterior.data_vars)
+    sample_vars, reference_vars = _posterior_vars(idata, "sample"), _posterior_vars(reference, "reference")
     if var_names is None:
         chosen = [v for v in sample_vars if v in reference_vars]
         if not chosen:
@@ -51,7 +58,8 @@ def _shared_var_names(idata, reference, var_names):
 def _density(values, signs):
     """(grid, density): ArviZ's KDE, or a sign-weighted Gaussian KDE when some signs are negative."""
     if np.all(signs > 0):
-        return az.kde(values)
+        grid, density, _ = azs.kde(values)  # the array layer also returns the bandwidth
+        return grid, density
     spread = np.std(values)
     bandwidth = 1.06 * (spread if spread > 0 else 1.0) * values.size ** (-1 / 5)  # Silverman's rule
     grid = np.linspace(values.min() - 3 * bandwidth, values.max() + 3 * bandwidth, 256)
@@ -97,8 +105,8 @@ def _plot_moments(plt, names, sample, sample_signs, reference, figsize):
 
 
 def _plot_loglik_var(plt, stats, target_variance, figsize):
-    variance = np.asarray(stats["loglik_var"].values, float)  # (chain, draw)
-    signs = np.asarray(stats["sign"].values, float) if "sign" in stats else None
+    variance = np.asarray(stats["loglik_var"].transpose("chain", "draw").values, float)
+    signs = np.asarray(stats["sign"].transpose("chain", "draw").values, float) if "sign" in stats else None
     show_signs = signs is not None and bool(np.any(signs < 0))
     fig, axes = plt.subplots(
         2 if show_signs else 1, 1, figsize=figsize or (8.0, 5.6 if show_signs else 3.2),
@@ -147,12 +155,14 @@ def plot_compare(
 
     Parameters
     ----------
-    idata : arviz.InferenceData
-        The subsampled run. Its ``sample_stats`` may hold ``loglik_var`` (σ̂², the variance of the
-        log-likelihood estimator) and, for signed HMC-ECS, ``sign`` (±1); with negative signs the
-        densities and moments are sign-weighted (seed 004 eq. 5.3).
-    reference : arviz.InferenceData
-        The full-data run (e.g. NUTS) taken as the truth.
+    idata : xarray.DataTree or object
+        The subsampled run, as ``pm.sample`` returns it (an object with ``posterior`` and
+        ``sample_stats`` attributes holding Datasets also works). Its ``sample_stats`` may hold
+        ``loglik_var`` (σ̂², the variance of the log-likelihood estimator) and, for signed
+        HMC-ECS, ``sign`` (±1); with negative signs the densities and moments are sign-weighted
+        (seed 004 eq. 5.3).
+    reference : xarray.DataTree or object
+        The full-data run (e.g. NUTS) taken as the truth, in the same forms.
     var_names : str or list of str, optional
         Posterior variables to compare; by default those in both posteriors. Vector variables are
         flattened into scalar components labelled like ``beta[2]``.
@@ -192,7 +202,7 @@ def plot_compare(
     unknown = [k for k in kinds if k not in PLOT_KINDS]
     if unknown:
         raise ValueError(f"Unknown kind {unknown}; choose from 'all' or {list(PLOT_KINDS)}.")
-    stats = getattr(idata, "sample_stats", None)
+    stats = run_group(idata, "sample_stats")
     has_loglik_var = stats is not None and "loglik_var" in stats
     if kind == "all" and not has_loglik_var:
         kinds.remove("loglik_var")

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import arviz as az
+import arviz_stats as azs
 import numpy as np
 
 __all__ = ["RunCheck", "RunMonitor", "ess_check", "mean_check"]
@@ -35,10 +35,29 @@ class RunCheck:
 
 
 def min_ess_fraction(thetas, stats=None) -> float:
-    """Smallest bulk ESS over the coordinates of θ, divided by the number of draws."""
+    """Smallest bulk ESS over the coordinates of θ, divided by the number of draws.
+
+    Parameters
+    ----------
+    thetas : array-like
+        Shape (draws, coordinates): one chain's draws.
+    stats : dict, optional
+        Unused; there so that the function is a :class:`RunCheck` statistic.
+
+    Returns
+    -------
+    float
+        NaN when there are no coordinates or no coordinate has a finite ESS (e.g. NaN draws);
+        a constant coordinate counts as ESS = draws, as in ArviZ.
+    """
     thetas = np.asarray(thetas, dtype=float)
-    ess = [float(az.ess(thetas[None, :, j])) for j in range(thetas.shape[1])]
-    return float(np.nanmin(ess)) / thetas.shape[0] if ess else float("nan")
+    if thetas.ndim != 2 or thetas.shape[1] == 0:
+        return float("nan")
+    # one chain; every coordinate in one call (the array layer reduces the chain and draw axes)
+    ess = np.asarray(azs.ess(thetas[None], chain_axis=0, draw_axis=1, method="bulk"), dtype=float)
+    if not np.any(np.isfinite(ess)):
+        return float("nan")
+    return float(np.nanmin(ess)) / thetas.shape[0]
 
 
 def ess_check(step_name: str, remedy: str, fraction: float = 0.01) -> RunCheck:

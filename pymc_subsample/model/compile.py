@@ -51,9 +51,12 @@ _mode: contextvars.ContextVar = contextvars.ContextVar("pymc_subsample_mode", de
 @contextmanager
 def compile_mode(mode):
     """Compile the functions built inside the block in ``mode`` (a name such as ``"NUMBA"`` or
-    ``"C"``, or a ``Mode``); ``None`` keeps PyTensor's default. Scoped to the block and the thread
+    ``"C"``, which means PyTensor's ``"CVM"`` as PyMC's ``backend="c"`` does, or a ``Mode``);
+    ``None`` keeps PyTensor's default. Scoped to the block and the thread
     (a context variable): no PyTensor setting is changed.
     """
+    if isinstance(mode, str) and mode.lower() == "c":
+        mode = "CVM"  # as PyMC's backend="c": C kernels, and Python for ops that have none
     token = _mode.set(None if mode is None else get_mode(mode))
     try:
         yield

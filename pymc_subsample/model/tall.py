@@ -435,26 +435,17 @@ class TallModel:
         return within and self._candidate_view() is not None
 
     def model_loglik_sum(self, theta, batch) -> float:
-        """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks on a few rows):
-        where the set-up sums will come from η, with the rows' graph on PyTensor's Python linker
-        (no C module: the C version cost a first run 2.4 s on the non-centred hierarchical model,
-        and these checks call it ~20 times on ≤ 16 rows); else with the set-up function, so that a
-        first run compiles only what its set-up needs anyway.
-        """
-        rows = self._model_loglik_rows(theta, batch)
-        if rows is not None:
-            return float(np.sum(rows))
-        return float(self._setup_terms(theta, self._no_directions(), batch)[2])
+        """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks on a few rows)."""
+        return float(np.sum(self._model_loglik_rows(theta, batch)))
 
     def _model_loglik_rows(self, theta, batch):
-        """ℓ_k of each row of ``batch`` from the model's own graph on PyTensor's Python linker, where
-        :meth:`model_loglik_sum` uses it; else None (the set-up function gives sums only).
+        """The model's log-likelihood terms over ``batch`` from its own graph, on PyTensor's Python
+        linker: the checks call it ~20 times on ≤ 16 rows, where compiling a kernel would cost
+        more than every call.
         """
-        if not (self._eta_candidate() and self._shared()._eta_sums is not False):
-            return None
         fn = self._compile("rows_check", lambda: ([self.theta, *self.batch_inputs], self.batch_loglik),
                            python=True)
-        return np.broadcast_to(fn(_as_theta(theta, self.theta.dtype), *batch), (_batch_length(batch),))
+        return np.asarray(fn(_as_theta(theta, self.theta.dtype), *batch))
 
     @property
     def regression_view(self):
@@ -586,18 +577,17 @@ class TallModel:
     def _rows_together_and_apart(self, theta, idx):
         """The log-likelihood of the rows ``idx`` computed together and apart, equal where rows are
         independent: per row, all together against the two halves (the second in reverse order),
-        where the model's rows come one value each (3 calls on the Python linker, where 9 took
-        18 ms of a second set-up); else sums, all together and over two different splits (one row
-        at a time, the halves), so that a reduction over rows cannot cancel out.
+        where the model's rows come one value each; else sums, all together and over two different
+        splits (one row at a time, the halves), so that a reduction over rows cannot cancel out.
         """
         halves = [part for part in (idx[: len(idx) // 2], idx[len(idx) // 2:][::-1]) if part.size]
         together = self._model_loglik_rows(theta, self.gather(idx))
-        if together is not None:
+        if together.shape == (len(idx),):
             apart = {row: value for part in halves
                      for row, value in zip(part, self._model_loglik_rows(theta, self.gather(part)))}
             return together, np.array([apart[row] for row in idx])
         total = self.model_loglik_sum
-        together = total(theta, self.gather(idx))
+        together = float(np.sum(together))
         alone = sum(total(theta, self.gather(idx[i : i + 1])) for i in range(len(idx)))
         halves_sum = sum(total(theta, self.gather(part)) for part in halves)
         return np.array([together, halves_sum]), np.array([alone, alone])
@@ -785,10 +775,9 @@ def _joined_inputs(point, outputs, inputs, joined=None):
 
 def model_initial_point(model) -> dict:
     """``model.initial_point()``: each free variable's initial value on the unconstrained scale,
-    by the model's own strategies (PyMC's ``make_initial_point_expression``), from a function
-    compiled once per graph (:func:`~pymc_subsample.model.compile.compile_python`, kept on disk and
-    in memory). PyMC compiles it again at each call: 11 of its 15 ms, 10% of a second set-up of
-    the linear zoo model (nineteenth session). Where a strategy draws random numbers
+    by the model's own strategies (PyMC's ``make_initial_point_expression``), evaluated on
+    PyTensor's Python linker: a graph run once needs no compiled kernel, which PyMC's own call
+    (in the default mode) would build. Where a strategy draws random numbers
     (``initval="prior"``), each call draws again.
     """
     return _initial_point_and_whether_drawn(model)[0]
@@ -803,8 +792,7 @@ def _initial_point_and_whether_drawn(model) -> tuple[dict, bool]:
              else get_transformed_name(rv.name, model.rvs_to_transforms[rv]) for rv in model.free_RVs]
     # random generators in the expression (``initval="prior"``, or an LKJCholeskyCov's sd_dist even
     # where the values drawn are not used) become inputs, each given a fresh generator per call, as
-    # PyMC's unseeded call reseeds them: the function is kept as any other, where PyMC's call
-    # compiled it each time (0.26 s of MvNormal + LKJ's set-up)
+    # PyMC's unseeded call reseeds them
     rngs = find_rng_nodes(values)
     inputs = [rng.type() for rng in rngs]
     if rngs:

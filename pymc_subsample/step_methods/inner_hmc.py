@@ -90,7 +90,7 @@ class InnerHMC:
             # momentum law, but PyMC then computes each velocity M⁻¹p as one dense mat-vec instead
             # of a SciPy cho_solve with finiteness checks, 36 µs a call at d = 30 (two calls per
             # leapfrog step: 14% of an HMCECS iteration at m = 1000); and the momentum is drawn by
-            # a product too (LaplaceMetric). PyMC's set_rng gives it the step's generator.
+            # a product too (LaplaceMetric). The inner sampler's setup_chain gives it the chain's generator.
             cov = np.linalg.inv(precision)
             kwargs["potential"] = LaplaceMetric(0.5 * (cov + cov.T), rng=self.rng.spawn(1)[0])
         kwargs.update(
@@ -123,6 +123,7 @@ class InnerHMC:
         self.tune = True
         self.started = False
 
-    def set_rng(self, rng):
-        super().set_rng(rng)
-        self.inner.set_rng(self.rng.spawn(1)[0])
+    def setup_chain(self, rng, tune, draws):
+        """The chain's generator for this step, and one spawned from it for the inner sampler."""
+        super().setup_chain(rng, tune, draws)
+        self.inner.setup_chain(self.rng.spawn(1)[0], tune, draws)

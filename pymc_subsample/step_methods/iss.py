@@ -462,12 +462,11 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         """Forget the chain's subset, ε and step sizes (called at each chain's start)."""
         self._init_state_fields()
 
-    def set_rng(self, rng):
+    def setup_chain(self, rng, tune, draws):
         """``pm.sample`` hands each chain its generator here, in the main process and in
-        worker processes alike (workers neither restore ``sampling_state`` nor call
-        ``reset_tuning``), so this is where a chain's own state starts afresh.
+        worker processes alike, so this is where a chain's own state starts afresh.
         """
-        super().set_rng(rng)
+        super().setup_chain(rng, tune, draws)
         self._init_state_fields()
 
     def stop_tuning(self):
