@@ -6,7 +6,8 @@ HMCECS's centre, timed beside each construction: :func:`warm_setup`), in two way
 functions and model analyses the process keeps in memory (a second set-up in one session: a notebook
 cell run again, a loop over data sets), and with the kept analyses cleared, so that the model is
 analysed and its functions compiled again (PyTensor's Numba cache serving the kernels), as in a new
-process (less the imports, which ``zoo.py``'s new-process column includes); each the median of five constructions. Then the part that does not grow with N (the same
+process (less the imports, which ``zoo.py``'s new-process column includes); each the median of
+five constructions. Then the part that does not grow with N (the same
 constructions on 2·10⁴ rows, whose passes cost 2% of a 10⁶-row one) and the rest, the set-up's work
 on the rows, in passes of the best of five gradients; and how many full passes over the rows the
 set-up made (``TallModel.full_passes``: the centre's, the proxy's).

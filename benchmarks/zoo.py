@@ -15,8 +15,9 @@ Then, in a new process on the same (now warm) PyTensor cache, what a user's seco
 costs: constructing ``pms.HMCECS()`` against PyMC's ``logp_dlogp_function``, in full-gradient passes
 (both rewrite their graphs again in every process; PyTensor's Numba cache serves the kernels).
 
-``--cold`` also measures, each in a subprocess with an empty PyTensor cache, the time from
-``pm.sample`` with HMCECS to the end of a 1-draw run against the same for PyMC's NUTS.
+``--cold`` also measures, each in a subprocess with an empty PyTensor cache (a new
+``base_compiledir``, which holds PyTensor's Numba cache too), the time from ``pm.sample`` with
+HMCECS to the end of a 1-draw run against the same for PyMC's NUTS and for nutpie.
 
 Usage: python benchmarks/zoo.py [--rows 100000] [--models logistic linear ...] [--cold]
 """
@@ -78,8 +79,12 @@ import pymc as pm, pymc_subsample as pms
 model = build({name!r}, {rows})
 t = time.perf_counter()
 with model:
-    step = pms.HMCECS(rng=0) if {ours} else None
-    pm.sample(step=step, draws=1, tune=0, chains=1, progressbar=False, compute_convergence_checks=False)
+    if {sampler!r} == "hmcecs":
+        pm.sample(step=pms.HMCECS(rng=0), draws=1, tune=0, chains=1, progressbar=False,
+                  compute_convergence_checks=False)
+    else:
+        pm.sample(draws=1, tune=0, chains=1, progressbar=False, compute_convergence_checks=False,
+                  nuts_sampler={sampler!r})
 print(time.perf_counter() - t)
 """
 
@@ -115,16 +120,17 @@ def new_process(name, n_rows, ours):
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def cold(name, n_rows, ours):
-    """Seconds from ``pm.sample`` to the first draw in a fresh process with an empty PyTensor cache,
-    and the CPU seconds of that process and its compilers (start-up and imports included). On a
-    shared VM the wall time moves by up to ~2× between runs with the neighbours' load; CPU time
-    (GCC's included) much less, so both are printed.
+def cold(name, n_rows, sampler):
+    """Seconds from ``pm.sample`` to the first draw in a fresh process with an empty PyTensor cache
+    (C modules and Numba's alike), and the CPU seconds of that process and its compilers (start-up
+    and imports included). ``sampler``: "hmcecs", or PyMC's ``nuts_sampler`` ("pymc", "nutpie").
+    On a shared VM the wall time moves by up to ~2× between runs with the neighbours' load; CPU time
+    much less, so both are printed.
     """
     code = COLD.format(tests=str(Path(__file__).resolve().parents[1] / "tests"), name=name, rows=n_rows,
-                       ours=ours)
+                       sampler=sampler)
     with tempfile.TemporaryDirectory() as compiledir:
-        env = dict(os.environ, PYTENSOR_FLAGS=f"compiledir={compiledir}")
+        env = dict(os.environ, PYTENSOR_FLAGS=f"base_compiledir={compiledir}")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              check=True)
@@ -139,9 +145,14 @@ def main():
     parser.add_argument("--models", nargs="*", default=[m for m in ZOO if m != "mvnormal_lkj"])
     parser.add_argument("--cold", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"N = {args.rows}, HMCECS defaults, X and y as pm.Data")
-    cold_column = (" cold first draw HMCECS / NUTS (s) | CPU s of those runs, HMCECS / NUTS |"
+    import datetime
+
+    import pytensor
+    print(f"{datetime.date.today()}; machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}, PyMC {pm.__version__}, PyTensor {pytensor.__version__} "
+          f"(mode {pytensor.config.mode}, linker {pytensor.config.linker}); N = {args.rows}, HMCECS "
+          "defaults, X and y as pm.Data")
+    cold_column = (" cold first draw HMCECS / PyMC NUTS / nutpie (s) | CPU s of those runs |"
                    if args.cold else "")
     print("\n| model | d | set-up first / warm (s) | warm set-up in full-gradient passes | PyMC's warm "
           "logp_dlogp_function in passes | ms per leapfrog (default m) | full-data gradient (ms) | "
@@ -156,9 +167,10 @@ def main():
         ours, nuts = new_process(name, args.rows, True), new_process(name, args.rows, False)
         line += f" {ours / r['full']:.0f} / {nuts / r['full']:.0f} ({ours:.2f} / {nuts:.2f} s) |"
         if args.cold:
-            (ours, ours_cpu), (nuts, nuts_cpu) = cold(name, args.rows, True), cold(name, args.rows, False)
-            line += (f" {ours:.1f} / {nuts:.1f} = {ours / nuts:.2f}× | {ours_cpu:.1f} / {nuts_cpu:.1f} = "
-                     f"{ours_cpu / nuts_cpu:.2f}× |")
+            (ours, ours_cpu), (nuts, nuts_cpu), (nutpie, nutpie_cpu) = (
+                cold(name, args.rows, s) for s in ("hmcecs", "pymc", "nutpie"))
+            line += (f" {ours:.1f} / {nuts:.1f} / {nutpie:.1f} = {ours / nuts:.2f}× NUTS, "
+                     f"{ours / nutpie:.2f}× nutpie | {ours_cpu:.1f} / {nuts_cpu:.1f} / {nutpie_cpu:.1f} |")
         print(line, flush=True)
 
 

@@ -8,7 +8,6 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
-import pytest
 from pytensor.link.numba.linker import NumbaLinker
 
 from pymc_subsample.model.compile import compile_function, compile_mode, compile_python, current_mode
@@ -60,7 +59,8 @@ def test_a_step_honours_its_compile_kwargs_mode():
 
 
 #: names of PyTensor's C-linker internals the package must not use
-_C_INTERNALS = re.compile(r"\b(CLinker|GCC_compiler|dlimport|get_module_cache|link\.c\b|compile_str|make_all)\b")
+_C_INTERNALS = re.compile(
+    r"\b(CLinker|GCC_compiler|dlimport|get_module_cache|link\.c\b|compile_str|make_all)\b")
 
 
 def _library_names(tree) -> set:

@@ -169,13 +169,16 @@ def test_chains_in_parallel_and_reproducible(small_logistic):
         draws=50, tune=50, chains=2, random_seed=7, progressbar=False, compute_convergence_checks=False
     )
     with small_logistic:
-        # forkserver (macOS, and Linux from Python 3.14; Windows spawns): the step is pickled to each
-        # chain process, its functions in their lean pickle (CompiledFunction)
-        a = pm.sample(step=pms.HMCECS(subsample_size=200), cores=2, mp_ctx="forkserver", **kwargs)
+        # spawn (Windows, and PyMC's choice for a Numba-compiled model) and forkserver (macOS): the
+        # step is pickled to each chain process with its compiled functions
+        parallel = {ctx: pm.sample(step=pms.HMCECS(subsample_size=200), cores=2, mp_ctx=ctx, **kwargs)
+                    for ctx in ("spawn", "forkserver")}
         b = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
         c = pm.sample(step=pms.HMCECS(subsample_size=200), cores=1, **kwargs)
     np.testing.assert_array_equal(b.posterior["beta"].values, c.posterior["beta"].values)
-    np.testing.assert_array_equal(a.posterior["beta"].values, b.posterior["beta"].values)
+    for ctx, a in parallel.items():
+        np.testing.assert_array_equal(a.posterior["beta"].values, b.posterior["beta"].values, err_msg=ctx)
+    a = parallel["spawn"]
     assert a.posterior["beta"].shape == (2, 50, 3)
     for stat in (
         "diverging",

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pytensor
-from pytensor.graph.replace import clone_replace
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.tensor.shape import SpecifyShape, specify_shape
 

@@ -32,10 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pytensor
-from pytensor.graph.replace import clone_replace
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.replace import clone_replace
 from pytensor.tensor.variable import TensorVariable
 
 from pymc_subsample.model.rows import find_row_leaves, find_size_constants

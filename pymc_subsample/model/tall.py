@@ -21,9 +21,9 @@ from pymc.initial_point import make_initial_point_expression
 from pymc.logprob.utils import ParameterValueError
 from pymc.pytensorf import find_rng_nodes
 from pymc.util import get_transformed_name
+from pytensor.conditional.op import ifelse
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
-from pytensor.conditional.op import ifelse
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.math import Dot, variadic_add
 
@@ -35,9 +35,9 @@ from pymc_subsample.model.compile import (
     has_blockwise,
     mode_key,
 )
-from pymc_subsample.model.op_patterns import is_advanced_indexing
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
+from pymc_subsample.model.op_patterns import is_advanced_indexing
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
@@ -240,7 +240,7 @@ class TallModel:
 
     @property
     def _functions(self) -> dict:
-        """This model's compiled functions in the mode functions are compiled in now."""
+        """The model's compiled functions in the mode functions are compiled in now."""
         return self._functions_by_mode.setdefault(mode_key(), {})
 
     def kept_function(self, key, make):

@@ -25,16 +25,15 @@ values into a zero matrix at constant row and column indices with row ≥ column
 from __future__ import annotations
 
 import numpy as np
-import pytensor
-from pytensor.graph.replace import graph_replace
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant
+from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import applys_between
 from pytensor.tensor.basic import Alloc, ExtractDiag
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle
-from pytensor.tensor.math import Dot
 from pytensor.tensor.linalg import Cholesky, SolveTriangular
+from pytensor.tensor.math import Dot
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from pymc_subsample.model.op_patterns import is_matrix_transpose

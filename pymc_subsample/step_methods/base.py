@@ -24,8 +24,8 @@ from pymc_subsample.control_variates.taylor import check_proxy_order
 from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
+from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
 __all__ = [
@@ -48,7 +48,8 @@ def requested_mode(compile_kwargs) -> object:
     unknown = set(compile_kwargs) - {"mode"}
     if unknown:
         raise ValueError(
-            f"compile_kwargs takes only 'mode' (a PyTensor mode such as 'NUMBA' or 'C'); got {sorted(unknown)}."
+            "compile_kwargs takes only 'mode' (a PyTensor mode such as 'NUMBA' or 'C'); "
+            f"got {sorted(unknown)}."
         )
     return compile_kwargs.get("mode")
 

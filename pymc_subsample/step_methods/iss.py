@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 
-import arviz as az
+import arviz_stats
 import numpy as np
 import pymc as pm
 from pymc.logprob.utils import ParameterValueError
@@ -550,7 +550,7 @@ def laplace_discrepancy(thetas, center, laplace_sd):
 def _ess(x) -> float:
     """Bulk ESS of one coordinate, at least 1 (ArviZ gives NaN or n for a constant chain)."""
     try:
-        value = float(az.ess(np.asarray(x, dtype=float)[None, :]))
+        value = float(arviz_stats.ess(np.asarray(x, dtype=float)[None, :]))
     except (ValueError, FloatingPointError):
         value = float("nan")
     return max(1.0, value) if np.isfinite(value) else 1.0
