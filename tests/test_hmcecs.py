@@ -86,7 +86,7 @@ def test_sign_weighted_summaries_with_negative_signs():
     component = rng.choice(3, size=size, p=[0.5, 0.35, 0.15])
     draws = np.where(component == 0, 0.0, 2.0) + rng.standard_normal(size)
     signs = np.where(component == 2, -1, 1)
-    idata = az.from_dict(posterior={"mu": draws[None, :]}, sample_stats={"sign": signs[None, :]})
+    idata = az.from_dict({"posterior": {"mu": draws[None, :]}, "sample_stats": {"sign": signs[None, :]}})
     summary = pms.sign_weighted(idata, ["mu"])
     assert summary.attrs["positive_fraction"] == pytest.approx(np.mean(signs > 0))
     # delta method: the ratio Σψs/Σs has variance Var(s (ψ − μ))/(n (E s)²)

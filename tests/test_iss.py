@@ -93,8 +93,8 @@ def ar2_sigma_reference(X, y, tau=10.0, sigma_sd=5.0):
 def gaussian_w2(draws, mean, sd):
     """W2 distance of N(mean(draws), sd(draws)) to N(mean, sd), in units of sd, with an MCSE."""
     m, s = float(draws.mean()), float(draws.std())
-    ess_mean = float(az.ess(draws, method="bulk").to_array().item())
-    ess_sd = float(az.ess(draws, method="sd").to_array().item())
+    ess_mean = float(np.asarray(az.ess(draws, method="bulk")).item())
+    ess_sd = float(np.asarray(az.ess(draws, method="sd")).item())
     err = np.hypot(m - mean, s - sd) / sd
     mcse = np.hypot(s / np.sqrt(ess_mean), s / np.sqrt(2 * ess_sd)) / sd
     return err, mcse, m, s

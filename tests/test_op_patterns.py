@@ -46,3 +46,45 @@ def test_matrix_transpose_of_the_last_two_axes():
     assert not is_matrix_transpose(pt.expand_dims(M, 0))
     assert not is_matrix_transpose(pt.swapaxes(T, 0, 1))
     assert not is_matrix_transpose(x.dimshuffle("x", 0))
+
+
+def test_symbolic_ops_are_inlined_with_the_same_values():
+    import numpy as np
+
+    from pymc_subsample.model.op_patterns import inline_symbolic_ops
+
+    y = pt.logsumexp(M, axis=1).sum()
+    (inlined,) = inline_symbolic_ops([y])
+
+    def ops(var):
+        from pytensor.graph.traversal import applys_between
+
+        return {type(node.op).__name__ for node in applys_between([M], [var])}
+
+    assert "LogSumExp" in ops(y) and "LogSumExp" not in ops(inlined)
+    value = np.random.default_rng(0).normal(size=(5, 3))
+    np.testing.assert_allclose(inlined.eval({M: value}), y.eval({M: value}), rtol=1e-12)
+
+
+def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
+    """PyMC 6 writes a mixture's log-likelihood with ``logsumexp``, a symbolic op built for N rows:
+    its rows on demand equal the model's terms (an error before it was inlined)."""
+    import numpy as np
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    obs = np.random.default_rng(0).normal(size=400)
+    with pm.Model() as model:
+        t1 = pm.Normal("t1", 0.0, 3.0)
+        t2 = pm.Normal("t2", 0.0, 1.0)
+        pm.NormalMixture("x", w=np.array([0.5, 0.5]), mu=pm.math.stack([t1, t1 + t2]), sigma=1.4, observed=obs)
+    tall = pms.TallModel(model)
+    point = model.initial_point()
+    point.update(t1=np.array(0.3), t2=np.array(-0.2))
+    expected = model.compile_logp(vars=model.observed_RVs, sum=False)(point)[0]
+    theta = tall.point_to_theta(point)
+    idx = np.array([3, 17, 250])
+    np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), expected[idx], rtol=1e-12)
+    total, _ = tall.loglik_sum_value_and_grad(theta, tall.row_slice(0, 400))
+    np.testing.assert_allclose(total, expected.sum(), rtol=1e-12)

@@ -460,8 +460,8 @@ def test_skin_osgfs(skin):
 def test_drop_unconverged_requires_convergence(glm):
     import arviz as az
 
-    idata = az.from_dict(posterior={"beta": np.zeros((2, 5, 3))},
-                         sample_stats={"converged": np.array([[0, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool)})
+    idata = az.from_dict({"posterior": {"beta": np.zeros((2, 5, 3))},
+                          "sample_stats": {"converged": np.array([[0, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool)}})
     with pytest.raises(ValueError, match="never met the convergence criterion"):
         drop_unconverged(idata)
     idata.sample_stats["converged"][1, 3:] = True

@@ -10,10 +10,20 @@ without the shortcut.
 
 from __future__ import annotations
 
+from pytensor.compile.builders import SymbolicOp
+from pytensor.compile.rewriting import inline_ofg_node
+from pytensor.graph.replace import clone_replace
+from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.subtensor import AdvancedSubtensor, get_idx_list
 
-__all__ = ["is_advanced_indexing", "is_matrix_transpose", "is_row_gather", "subtensor_indices"]
+__all__ = [
+    "inline_symbolic_ops",
+    "is_advanced_indexing",
+    "is_matrix_transpose",
+    "is_row_gather",
+    "subtensor_indices",
+]
 
 
 def _index_entries(node):
@@ -72,3 +82,22 @@ def is_matrix_transpose(x) -> bool:
         return False
     # expanded axes only before the transposed pair
     return all(i == "x" for i in order[: len(order) - ndim]) and order[len(order) - ndim:] == expected
+
+
+def inline_symbolic_ops(outputs):
+    """``outputs`` with every ``SymbolicOp`` node (PyTensor 3 writes ``logsumexp`` so) replaced by
+    its inner graph: the same values. Why: such an op is built for its inputs' static shapes, and
+    rebuilt on inputs of another length (a batch of m rows instead of N) it asserts the old shape
+    with a ``SpecifyShape`` of N rows, which every batch then fails.
+    """
+    outputs = list(outputs)
+    for _ in range(8):  # inner graphs may hold symbolic ops of their own
+        nodes = [node for node in applys_between(graph_inputs(outputs), outputs)
+                 if isinstance(node.op, SymbolicOp)]
+        if not nodes:
+            return outputs
+        replace = {}
+        for node in nodes:
+            replace.update(zip(node.outputs, inline_ofg_node(node), strict=True))
+        outputs = clone_replace(outputs, replace)
+    return outputs

@@ -18,6 +18,7 @@ from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.tensor.shape import SpecifyShape, specify_shape
 
+from pymc_subsample.model.op_patterns import inline_symbolic_ops
 from pymc_subsample.model.streamed import StreamedRows, streamed_variables
 
 __all__ = [
@@ -154,6 +155,7 @@ def substitute_rows(outputs, leaves, row_inputs, size_constants, n_rows_symbolic
     single_row : bool
         Insert a leading axis of length 1 so the graph sees a batch of one row.
     """
+    outputs = inline_symbolic_ops(outputs)
     replace = {}
     streamed = {}
     for leaf, new in zip(leaves, row_inputs):

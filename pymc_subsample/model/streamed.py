@@ -19,6 +19,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.graph.traversal import ancestors
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
 from pymc_subsample.model.sources import as_row_source
 
@@ -43,20 +44,32 @@ class StreamedRows(Op):
         out = pt.tensor(dtype=self.source.dtype, shape=self.source.shape, name=self.source.name)
         return Apply(self, [], [out])
 
-    def perform(self, node, inputs, outputs):
+    def error(self) -> StreamedDataError:
         where = self.source.description.get("path", self.source.kind)
-        raise StreamedDataError(
+        return StreamedDataError(
             f"pms.Data {self.source.name!r} ({self.source.n_rows} rows in {where}) is never loaded "
             "whole, and this computation needs all of its rows. Sample the model with a pymc_subsample "
             "step method, e.g. pm.sample(step=pms.HMCECS()); full-data NUTS, Deterministics of length "
             "N and full-data posterior predictive need the rows in memory (use pm.Data for those)."
         )
 
+    def perform(self, node, inputs, outputs):
+        raise self.error()
+
     def do_constant_folding(self, fgraph, node):
         return False
 
     def __str__(self):
         return f"StreamedRows{{{self.source.name}}}"
+
+
+@register_funcify_and_cache_key(StreamedRows)
+def _streamed_rows_in_numba(op, node=None, **kwargs):
+    """PyTensor's Numba backend (PyMC's NUTS, nutpie) asks for the op's kernel when it compiles a
+    function that reads the whole source: the error then, where running ``perform`` inside
+    compiled code would surface only as an error code (nutpie: "Logp function returned error").
+    """
+    raise op.error()
 
 
 def Data(name, source, *, dims=None, chunk_rows=None, model=None):  # noqa: N802 - mirrors pm.Data

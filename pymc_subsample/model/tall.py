@@ -128,8 +128,8 @@ class TallModel:
     def _shared(self) -> TallModel:
         """Where the views and choices found after the analysis are kept: the template, which every
         use of the model graph shares. (The view that needs the model itself, ``affine_view``, is
-        found during the analysis, by the independence check: a copy unpickled in another process,
-        whose template's weak reference to the model was not shipped, needs no model.)
+        found during the analysis: a copy unpickled in another process, whose template's weak
+        reference to the model was not shipped, needs no model.)
         """
         return self._template
 
@@ -173,6 +173,7 @@ class TallModel:
         self._rows_directional = None
         self._build_row_graphs()
         self._check_rows_independent()
+        self._candidate_view()  # needs the model, which a copy in another process does not have
 
     @property
     def data_set_rows(self) -> dict | None:
