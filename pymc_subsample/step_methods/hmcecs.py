@@ -30,18 +30,15 @@ from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
     draw_signed,
     propose_block,
-    propose_block_of_rest,
     propose_signed_groups,
 )
 from pymc_subsample.kernels.tuning import (
     choose_block_poisson,
-    choose_exact_rows,
     choose_subsample_size,
-    difference_deviations,
     laplace_draws,
     pilot_differences,
+    pilot_loglik_variances,
 )
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
     SubsampleStep,
@@ -64,10 +61,6 @@ SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
 #: of a Bambi (1|group) model, whose chains need 1000
 SIZE_RETUNE_AT = (50, 150)
 RETUNE_WINDOW = 25
-#: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
-#: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
-#: model that needs more exact rows than this needs full-data NUTS
-MAX_EXACT_CANDIDATES = 20_000
 
 @dataclass_state
 class HMCECSState(SubsampleStepState):
@@ -89,10 +82,9 @@ AUTO_TOO_LARGE = 4
 MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
 
 
-def _auto_too_large_message(m, n, order, exact=0):
+def _auto_too_large_message(m, n, order):
     return (
-        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows"
-        + (f" and {exact} rows computed exactly" if exact else "") + ": only so many keep "
+        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows: only so many keep "
         "σ̂² near its "
         f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
         "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
@@ -244,70 +236,22 @@ class HMCECS(InnerHMC, SubsampleStep):
             thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
             if self.estimator == "signed":
                 mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
+            else:
+                var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
         # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
-        self._set_exact(np.zeros(0, dtype=int))
-        if subsample_size == "auto" and self.estimator == "perturbed":
-            # at θ* and the Laplace draws around it, where the chain will be after warm-up
-            exact, subsample_size = self._choose_exact_and_size(setup_rng, np.vstack([self.proxy.center, thetas]))
-            self._set_exact(exact)
-        elif subsample_size == "auto":
+        if subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-        self._setup_exact = self.exact_rows
         self._requested_blocks = num_blocks
         self._setup_size = int(subsample_size)
         self._set_size(self._setup_size)
         self.lam, self.a = 1, 0.0
         self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
-        self._set_exact(self.exact_rows)
         if self.estimator == "signed":
             self._set_block_poisson(mean_d, var_d)
             # every chain starts again from these (reset_tuning); its warm-up re-tunes its own
             self._setup_block_poisson = self._block_poisson
-
-    def _choose_exact_and_size(self, rng, thetas):
-        """The rows to compute exactly in every estimate and m for the others, at ``thetas``.
-
-        Rows whose Taylor proxy error d_k is large where the chain goes (the rows of a small group,
-        whose η moves far under the posterior while the proxy is fixed at θ*) dominate σ² (eq. 4.3),
-        and a uniform subsample holds them rarely: with m = 1000 of 10⁵ rows, a group of 46 rows
-        is absent from 63% of the subsamples. The subsample update then rejects the subsamples that
-        hold them (they lower ℓ̂ and raise σ̂²), the perturbed target sees those rows only through
-        their proxy, and the chain drifts to where it fails them (measured on crossed effects:
-        σ_b from 2.1 to 0.02 during warm-up, σ̂² from 0.05 to 10⁵). Computed exactly, they add no
-        variance and their likelihood is never replaced by its proxy; the rest are subsampled
-        (:meth:`SubsampledTarget.perturbed_with_exact`). The number of exact rows minimises the rows
-        per estimate (:func:`choose_exact_rows`).
-        """
-        n = self.tall.n_rows
-        mean_d, _ = pilot_differences(rng, self.target, thetas, min(n, 2000))
-        candidates = max(1, min(n // 4, MAX_EXACT_CANDIDATES))
-        rows, squares, totals = difference_deviations(self.target, thetas, mean_d, DEFAULT_CHUNK_SIZE,
-                                                      candidates)
-        e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum)
-        return np.sort(rows[:e]), m
-
-    def _set_exact(self, rows):
-        """Compute the rows ``rows`` exactly in every estimate; subsample the others."""
-        self.exact_rows = np.asarray(rows, dtype=int)
-        self._exact_batch = self.tall.gather(self.exact_rows)
-        if hasattr(self, "potential"):
-            self.potential.n_exact = self.exact_rows.size
-            self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
-
-    def _draw_rest(self, size):
-        """``size`` rows uniform over the rows not computed exactly (ω_k = 1/n_R, eq. 4.2): uniform
-        over all rows, those in E drawn again (no array of the other N − e rows is kept)."""
-        n, exact = self.tall.n_rows, self.exact_rows
-        idx = self.rng.integers(0, n, size=size)
-        if exact.size:
-            while True:
-                hit = np.isin(idx, exact)
-                if not hit.any():
-                    break
-                idx[hit] = self.rng.integers(0, n, size=int(hit.sum()))
-        return idx
 
     def _set_size(self, m):
         self.subsample_size = int(m)
@@ -323,9 +267,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         """
         recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:])
         rng = np.random.default_rng(len(self.warmup_thetas))
-        exact, m = self._choose_exact_and_size(rng, recent)
-        if m != self.subsample_size or not np.array_equal(exact, self.exact_rows):
-            self._set_exact(exact)
+        var_d = pilot_loglik_variances(rng, self.target, recent, min(self.tall.n_rows, 2000))
+        m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
+        if m != self.subsample_size:
             self._set_size(m)
             self.subsample = self._draw_subsample()
             self.current = None
@@ -334,10 +278,10 @@ class HMCECS(InnerHMC, SubsampleStep):
 
     def _warn_if_size_too_large(self):
         n = self.tall.n_rows
-        too_large = (self.subsample_size + self.exact_rows.size) * AUTO_TOO_LARGE >= n
+        too_large = self.subsample_size * AUTO_TOO_LARGE >= n
         if self._auto_minimum is not None and too_large and not self._size_warned:
             self._size_warned = True
-            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order, self.exact_rows.size))
+            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order))
 
     def _set_block_poisson(self, mean_d, var_d):
         """λ, a (seed 004 eq. 5.1) from pilot differences; the potential reads them at each call."""
@@ -381,17 +325,12 @@ class HMCECS(InnerHMC, SubsampleStep):
     def _draw_subsample(self):
         if self.estimator == "signed":
             return draw_signed(self.rng, self.tall, self.lam, self.subsample_size)
-        if self.exact_rows.size:
-            return Subsample.with_exact(self.tall, self._exact_batch, self._draw_rest(self.subsample_size))
         idx = self.rng.integers(0, self.tall.n_rows, size=self.subsample_size)
         return Subsample.gather(self.tall, idx)
 
     def _propose_subsample(self):
         if self.estimator == "signed":
             return propose_signed_groups(self.rng, self.tall, self.subsample, self._kappa)
-        if self.exact_rows.size:
-            return propose_block_of_rest(self.rng, self.tall, self.subsample, self._blocks, self._draw_rest,
-                                         self.exact_rows.size)
         return propose_block(self.rng, self.tall, self.subsample, self._blocks)
 
     # -------------------------------------------------------------- sampling
@@ -453,9 +392,8 @@ class HMCECS(InnerHMC, SubsampleStep):
     def reset_tuning(self):
         super().reset_tuning()
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
-        if self._auto_minimum is not None:  # each chain chooses m (and E) again from the set-up's choice
+        if self._auto_minimum is not None:  # each chain chooses m again from the set-up's choice
             self._set_size(self._setup_size)
-            self._set_exact(self._setup_exact)
         if self.estimator == "signed":  # and re-tunes λ and a from the set-up's (_retune_signed)
             self._use_block_poisson(*self._setup_block_poisson)
 
