@@ -324,3 +324,27 @@ def test_a_tall_model_unpickled_in_another_process_finds_its_views():
     want = tall.loglik_sum_value_and_grad(theta, tall.gather(rows))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_a_second_tall_model_reads_the_set_up_functions_kind_with_it():
+    """Where the set-up's Hessian-vector products cannot be vectorised (MvNormal rows: PyTensor 3
+    writes them with a Blockwise), the one-direction function is compiled; a second TallModel of
+    the same graph shares it and must call it one direction at a time too (it got a (1, d)
+    Hessian when the choice was kept on the first TallModel alone)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from zoo import build
+
+    model = build("mvnormal_lkj", 400)
+    first = TallModel(model)
+    theta = first.initial_theta + 0.05
+    batch = first.row_slice(0, 400)
+    expected = first.loglik_sum_value_grad_hessian(theta, batch)
+    assert first._functions.get("setup_vectorised", False) is False  # the case this test is about
+    second = TallModel(model)
+    got = second.loglik_sum_value_grad_hessian(theta, batch)
+    assert got[2].shape == (first.ndim, first.ndim)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

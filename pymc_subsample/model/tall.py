@@ -164,7 +164,6 @@ class TallModel:
         self._loglik_rows = loglik_rows
         self._functions_by_mode = {}
         self._template = self  # where views found later are kept, by every use (_analysed_template)
-        self._hvp_vectorised = True
         self._affine_view = None  # distributional.affine_view, found on first use
         self._affine_view_found = False
         self._regression_view = None  # TallModel.regression_view, checked on first use
@@ -374,7 +373,7 @@ class TallModel:
             return self.regression_view.sums(theta, batch, hessian=True)
         eye = np.eye(self.ndim, dtype=self.theta.dtype)
         self._setup_function()
-        if self._hvp_vectorised:
+        if self._functions["setup_vectorised"]:
             _, _, total, grad, hess = self._setup_terms(theta, eye, batch)
             return total, grad, hess
         hess = np.empty((self.ndim, self.ndim))
@@ -406,17 +405,20 @@ class TallModel:
         A distributional regression (:meth:`uses_eta_sums`) never compiles it.
         """
         if "setup" not in self._functions:
-            self._hvp_vectorised = not self._has_advanced_indexing()
-            if self._hvp_vectorised:
+            # kept beside the function, which TallModels of one model graph share
+            functions = self._functions
+            vectorised = not self._has_advanced_indexing()
+            if vectorised:
                 try:
                     function = self._compile("setup", self._vectorised_setup_graph)
                 except (NotImplementedError, TypeError, ValueError, _BlockwiseInGraph):
                     function = None
                 if function is None or has_blockwise(function):
-                    self._functions.pop("setup", None)
-                    self._hvp_vectorised = False
-            if not self._hvp_vectorised:
+                    functions.pop("setup", None)
+                    vectorised = False
+            if not vectorised:
                 self._compile("setup", lambda: self._build_setup(vectorise=False))
+            functions["setup_vectorised"] = vectorised
         return self._functions["setup"]
 
     def uses_eta_sums(self) -> bool:
