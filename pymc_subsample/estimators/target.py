@@ -29,8 +29,8 @@ import warnings
 
 import numpy as np
 import pytensor
-from pytensor.graph.replace import graph_replace
 import pytensor.tensor as pt
+from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.control_variates.taylor import make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
