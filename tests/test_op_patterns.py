@@ -78,7 +78,8 @@ def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
     with pm.Model() as model:
         t1 = pm.Normal("t1", 0.0, 3.0)
         t2 = pm.Normal("t2", 0.0, 1.0)
-        pm.NormalMixture("x", w=np.array([0.5, 0.5]), mu=pm.math.stack([t1, t1 + t2]), sigma=1.4, observed=obs)
+        pm.NormalMixture("x", w=np.array([0.5, 0.5]), mu=pm.math.stack([t1, t1 + t2]), sigma=1.4,
+                         observed=obs)
     tall = pms.TallModel(model)
     point = model.initial_point()
     point.update(t1=np.array(0.3), t2=np.array(-0.2))
