@@ -40,7 +40,7 @@ def glm_differences_graph(view, order, at_center):
     """
     etas = view.eta_rows
     # the terms have the batch's length: said, so that PyTensor drops its run-time broadcast checks
-    # (an Assert, Eq and ScalarFromTensor per input: three more C modules on a first run)
+    # (an Assert, Eq and ScalarFromTensor per input: three more compiled ops)
     rows = view.tall.batch_inputs[0].shape[0] if view.tall.batch_inputs else 1
     at_center = RowTerms.from_flat([pt.specify_shape(t, (rows,)) for t in at_center.flat()], view.n_eta,
                                    view.pairs)

@@ -24,7 +24,6 @@ the rows' terms at θ* are inputs computed once per batch (a subsample change), 
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import numpy as np
@@ -36,7 +35,7 @@ from pymc_subsample.control_variates.taylor import make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_derived, mode_key
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -114,52 +113,32 @@ class SubsampledTarget:
 
     @property
     def _functions(self) -> dict:
-        return self._functions_by_mode.setdefault(mode_key(), {})
+        return self._functions_by_mode.setdefault(current_mode(), {})
 
     def compiled_functions(self) -> list:
         """The functions this target has compiled, in every mode."""
-        return [f for functions in self._functions_by_mode.values() for f in functions.values()
-                if hasattr(f, "maker")]
+        return [f for functions in self._functions_by_mode.values() for f in functions.values()]
 
     def _compile(self, key, build):
         """The function ``key``: ``build(at_center) -> (its other inputs, derive)``, where ``derive()``
-        builds its outputs from :meth:`_sources` alone (and those inputs). Kept on disk under a key of
-        the sources, this module's recipe (``key``, the graph kind, the proxy's order, N) and the
-        package's code (:func:`~pymc_subsample.model.compile.compile_derived`): a set-up that finds
-        it there builds no derivative (the estimator's gradient graph: 50-160 ms of a warm set-up
-        of the zoo's models, sixteenth session).
+        builds its outputs, called only when no TallModel of the same graph has the function yet.
         """
         if key not in self._functions:
             kind = "eta" if self.glm is not None else "generic"
             recipe = f"SubsampledTarget.{key}, {kind} graph, order {self.order}, N {self.n_rows}"
             # kept with the tall model's functions too, which a TallModel of the same model graph
-            # shares (TallModel: the kept analysis): a second set-up then builds no source graph and
-            # computes no key (30 ms of the centred zoo model's, 1.4 of PyMC's passes at 10⁶ rows).
-            # Every input is a variable (θ, the batch, the terms at θ*, Σq's values), so the function
+            # shares (TallModel: the kept analysis): a second set-up then builds and compiles no
+            # graph. Every input is a variable (θ, the batch, the terms at θ*, Σq's values), so the function
             # fits any target of the same rows, kind, order and Σq's place
             def compiled():
                 at_center = self._center_variables()
                 extra, derive = build(at_center)
                 flat = at_center.flat() if self.glm is not None else [at_center]
-                return compile_derived(self._inputs(flat, *extra), self._sources, derive, recipe,
-                                       exclude=SLOW_REWRITES)
+                return compile_function(self._inputs(flat, *extra), derive(), exclude=SLOW_REWRITES)
 
             shared_key = ("SubsampledTarget", recipe, self.proxy.sum_in_graph)
             self._functions[key] = self.tall.kept_function(shared_key, compiled)
         return self._functions[key]
-
-    @functools.cached_property
-    def _sources(self):
-        """The graphs the estimator's functions are derived from (built once, for every function's
-        key): the rows' log-likelihood (in η, and η itself, for a distributional regression), the
-        log prior, and Σq where the graph holds it.
-        """
-        if self.glm is not None:
-            rows = [self.glm.loglik_graph(self.glm.eta_rows), *self.glm.eta_rows]
-        else:
-            rows = [self.tall.batch_loglik]
-        sum_q = self._sum_q()[0]
-        return [*rows, self.tall.prior_graph, *([] if sum_q is None else [sum_q])]
 
     def _inputs(self, at_center, *extra):
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]

@@ -21,12 +21,10 @@ __all__ = [
     "PYTHON_LINKER",
     "PYTHON_LINKER_ARRAYS",
     "SLOW_REWRITES",
-    "compile_derived",
     "compile_function",
     "compile_mode",
     "compile_python",
     "current_mode",
-    "mode_key",
     "has_blockwise",
 ]
 
@@ -65,14 +63,11 @@ def compile_mode(mode):
 
 
 def current_mode(exclude=()):
-    """The mode functions are compiled in now, without the rewrites named in ``exclude``."""
+    """The mode functions are compiled in now, without the rewrites named in ``exclude`` (without
+    them, the mode object itself: a key for caches of compiled functions).
+    """
     mode = _mode.get() or get_mode(None)
     return mode.excluding(*exclude) if exclude else mode
-
-
-def mode_key():
-    """A hashable name of :func:`current_mode`, for caches of compiled functions."""
-    return _mode.get() or get_mode(None)
 
 
 def compile_function(inputs, outputs, *, exclude=()):
@@ -81,16 +76,6 @@ def compile_function(inputs, outputs, *, exclude=()):
     """
     return pytensor.function(inputs, outputs, mode=current_mode(exclude), on_unused_input="ignore",
                              trust_input=True)
-
-
-def compile_derived(inputs, sources, derive, recipe, *, python=False, exclude=()):
-    """:func:`compile_function` (:func:`compile_python` with ``python``) of ``derive()``, a graph our
-    code builds from the graphs ``sources`` (``recipe`` names what is derived).
-    """
-    del sources, recipe  # what the graph is derived from: documentation at the call site
-    if python:
-        return compile_python(inputs, derive())
-    return compile_function(inputs, derive(), exclude=exclude)
 
 
 def compile_python(inputs, outputs, *, arrays=False):

@@ -51,7 +51,7 @@ def central_hessian(gradient, theta, gradients=None) -> np.ndarray:
 
 def vectorised_gradient(theta, gradient, extra_inputs=()):
     """``gradient`` (a graph of the vector ``theta`` and ``extra_inputs``) at k points at once:
-    a function of (points (k, d), *extra) on PyTensor's Python linker (no C module), or None where
+    a function of (points (k, d), *extra) on PyTensor's Python linker (nothing compiled), or None where
     PyTensor cannot vectorise it. Ops it vectorises only as a Blockwise (the reshape of θ's slices
     into a model's variables) loop over the points in Python: a few small ops per point, where a
     gradient call per point runs them all (d = 304: 0.3 s against 0.03 s).

@@ -48,7 +48,6 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_subsample.model.compile import (
     SLOW_REWRITES,
-    compile_derived,
     compile_function,
     compile_python,
     has_blockwise,
@@ -311,11 +310,9 @@ class DistributionalRegression:
                 # an Alloc anyway
                 return [pt.second(value, t) for t in terms]
 
-            # kept under a key of f and η: a set-up that finds it builds no derivative of f
-            # (40-120 ms of a warm set-up of the zoo's regressions, nineteenth session)
-            self._terms_function = compile_derived(
-                [self.tall.theta, *self.tall.batch_inputs], [value, *self.eta_rows], derive,
-                "row terms: f, its first and second derivatives in η", exclude=SLOW_REWRITES)
+            # row terms: f, its first and second derivatives in η
+            self._terms_function = compile_function([self.tall.theta, *self.tall.batch_inputs], derive(),
+                                                    exclude=SLOW_REWRITES)
         values = self._terms_function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
         return RowTerms.from_flat(values, self.n_eta, self.pairs)
 
@@ -340,7 +337,7 @@ class DistributionalRegression:
         (a full pass of the non-centred zoo model at 10⁶ rows: 31 ms against ~80 ms from the
         points), while its default centre made ~15 full gradient passes; its centre is now found
         in φ (:func:`~pymc_subsample.control_variates.center.find_center`), only the subset MAP
-        asks for gradients in θ, and a first run compiles no reverse pass through η (a C module).
+        asks for gradients in θ, and a first run compiles no reverse pass through η (a compiled kernel).
         """
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
@@ -384,10 +381,7 @@ class DistributionalRegression:
             covectors = [pt.vector(f"cotangent_{j}", dtype="float64") for j in range(self.n_eta)]
             inner = sum(pt.sum(c * eta) for c, eta in zip(covectors, self.eta_rows, strict=True))
             inputs = [tall.theta, *covectors, *tall.batch_inputs]
-            # kept under a key of the inner product: a set-up that finds it builds no reverse pass
-            # (centred zoo model: 12 ms of a second set-up)
-            self._vjp_function = compile_derived(inputs, [inner], lambda: pytensor.grad(inner, tall.theta),
-                                                 "reverse pass through eta")
+            self._vjp_function = compile_function(inputs, pytensor.grad(inner, tall.theta))
         theta = np.asarray(theta, dtype=self.tall.theta.dtype)
         return np.asarray(self._vjp_function(theta, *cotangents, *batch), dtype=float)
 
@@ -427,8 +421,7 @@ class PointsFunction:
         if self.vectorised is None:
             self.vectorised = _vectorised_function(self._inputs, self._graphs, self._batch_inputs) or False
         if self.vectorised is not False:
-            # the function takes ``inputs`` last, unused (:func:`_vectorised_function`)
-            values = self.vectorised(*self._split_points(points), *batch, *[None] * len(self._inputs))
+            values = self.vectorised(*self._split_points(points), *batch)
             if all(np.shape(v) == shape for v in values):
                 return [np.asarray(v, dtype=float) for v in values]
             self.vectorised = False  # a graph not given per row: one call per point
@@ -442,16 +435,12 @@ class PointsFunction:
 
 def _vectorised_function(inputs, graphs, batch_inputs):
     """``graphs`` with a leading axis of k points on each of ``inputs``, compiled (inputs: the
-    batched ``inputs``, then ``batch_inputs``, then ``inputs`` themselves, unused: the function is
-    kept on disk under a key of ``graphs``, which are graphs of them); None where PyTensor cannot
-    vectorise them, or only with a Blockwise node (a Python loop over the points).
+    batched ``inputs``, then ``batch_inputs``); None where PyTensor cannot vectorise them, or only
+    with a Blockwise node (a Python loop over the points).
 
     Why: the set-up's Jacobian of an affine η takes η at d + 1 points per chunk of rows. One call
     at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times:
-    at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way. Kept under
-    a key of ``graphs``, a set-up that finds it does not vectorise them again (PyTensor infers
-    every new node's static shape: 30-120 ms of a warm set-up of the zoo's regressions,
-    nineteenth session).
+    at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way.
     """
     points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
               for x in inputs]
@@ -465,8 +454,7 @@ def _vectorised_function(inputs, graphs, batch_inputs):
         return vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
 
     try:
-        function = compile_derived([*points, *batch_inputs, *inputs], list(graphs), derive,
-                                   "graphs vectorised over points of their inputs")
+        function = compile_function([*points, *batch_inputs], derive())
     except (NotImplementedError, TypeError, ValueError):
         return None
     return None if has_blockwise(function) else function
@@ -527,7 +515,7 @@ def distributional_regression(tall) -> DistributionalRegression:
     terms = [(op, [p if isinstance(p, int) else next(constant_rows) for p in params], y, mask)
              for (op, params, _), y, mask in zip(terms, graphs[n_free + n_const + n_masks:], mask_rows,
                                                  strict=True)]
-    # the link check runs on a few rows with PyTensor's Python linker: no C module is compiled for a
+    # the link check runs on a few rows with PyTensor's Python linker: no kernel is compiled for a
     # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
     fn = compile_python([tall.theta, *tall.batch_inputs], raw)
     phi = None

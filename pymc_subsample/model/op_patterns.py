@@ -74,14 +74,9 @@ def is_matrix_transpose(x) -> bool:
         return False
     order = list(node.op.new_order)
     ndim = node.inputs[0].ndim
-    if ndim < 2:
-        return False
-    kept = [i for i in order if i != "x"]
-    expected = [*range(ndim - 2), ndim - 1, ndim - 2]
-    if kept != expected:
-        return False
-    # expanded axes only before the transposed pair
-    return all(i == "x" for i in order[: len(order) - ndim]) and order[len(order) - ndim:] == expected
+    added = len(order) - ndim  # expanded axes, all before the input's axes
+    return (ndim >= 2 and added >= 0 and all(i == "x" for i in order[:added])
+            and order[added:] == [*range(ndim - 2), ndim - 1, ndim - 2])
 
 
 def inline_symbolic_ops(outputs):

@@ -9,7 +9,7 @@ regression (:mod:`pymc_subsample.model.distributional`) then checks for affinity
 
 Only φ's value, its Jacobian Dφ (r × d) and contracted Hessians Σ_i c_i ∇²φ_i (d × d) are needed, at
 a few θ during set-up; they read no row, so both come from one small function, Dφ(θ)ᵀc, on
-PyTensor's Python linker (no C module on a first run): r calls give Dφ exactly, 2d calls give the
+PyTensor's Python linker (nothing compiled): r calls give Dφ exactly, 2d calls give the
 contracted Hessian by central differences (:func:`~pymc_subsample.model.differences.central_hessian`,
 as for the prior; relative error ~1e-10). Separate
 graphs for the r rows of Dφ and the d rows of the Hessian took 1 s of a first run to rewrite.
@@ -25,7 +25,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.traversal import toposort
 from pytensor.tensor.elemwise import Elemwise
 
-from pymc_subsample.model.compile import compile_derived, compile_function, compile_python
+from pymc_subsample.model.compile import compile_function, compile_python
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.op_patterns import is_row_gather
 
@@ -181,10 +181,8 @@ class RowFreeParameters:
     def vjp(self, theta, weights) -> np.ndarray:
         """Dφ(θ)ᵀc for weights c (r,), shape (d,): one reverse pass through φ's graph."""
         if self._vjp_fn is None:
-            # keyed by c·φ's graph: a set-up that finds the function on disk builds no gradient
-            c, weighted = self._weighted_graph()
-            self._vjp_fn = compile_derived([self.theta, c], [weighted], lambda: self._vjp_graph()[1],
-                                           "vector-Jacobian product of phi", python=True)
+            c, _ = self._weighted_graph()
+            self._vjp_fn = compile_python([self.theta, c], self._vjp_graph()[1])
         weights = np.asarray(weights, dtype=float)
         return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
 

@@ -29,11 +29,10 @@ from pytensor.tensor.math import Dot, variadic_add
 
 from pymc_subsample.model.compile import (
     PYTHON_LINKER,
-    compile_derived,
     compile_function,
     compile_python,
+    current_mode,
     has_blockwise,
-    mode_key,
 )
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
 from pymc_subsample.model.distributional import affine_view, view_matching_rows
@@ -227,7 +226,7 @@ class TallModel:
 
     def _compile(self, key, build, python=False):
         """Compile ``build() -> (inputs, outputs)`` once per key; graphs are built lazily. ``python``:
-        on PyTensor's Python linker, for functions called a few times at set-up (no C module).
+        on PyTensor's Python linker, for functions called a few times at set-up (nothing compiled).
         """
         if key not in self._functions:
             inputs, outputs = build()
@@ -241,7 +240,7 @@ class TallModel:
     @property
     def _functions(self) -> dict:
         """The model's compiled functions in the mode functions are compiled in now."""
-        return self._functions_by_mode.setdefault(mode_key(), {})
+        return self._functions_by_mode.setdefault(current_mode(), {})
 
     def kept_function(self, key, make):
         """``make()``, a function of this model's graphs made by other code (an estimator's), kept
@@ -279,10 +278,8 @@ class TallModel:
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
             return prior, prior_grad
         if "prior" not in self._functions:
-            # keyed by the prior's graph: a set-up that finds the function on disk builds no gradient
-            self._functions["prior"] = compile_derived(
-                [self.theta], [self.prior_graph], lambda: [self.prior_graph, self.prior_grad_graph],
-                "log prior and its gradient")
+            self._functions["prior"] = compile_function([self.theta],
+                                                        [self.prior_graph, self.prior_grad_graph])
         return tuple(self._functions["prior"](_as_theta(theta, self.theta.dtype)))
 
     def prior_hessian(self, theta):
@@ -394,15 +391,13 @@ class TallModel:
 
         (θ, V (k, d), batch) -> [log p(θ), ∇log p(θ), Σ_k ℓ_k, Σ_k ∇ℓ_k, (Σ_k H_k) Vᵀ (k, d)].
 
-        The prior at set-up, the chunked sums of the centre's optimiser, the Hessian of the proxy
-        sums and the row-independence check all call it, where there were four functions. On a
-        fresh machine the C compilation is set by the distinct ops, not by the number of
-        functions (measured: 29 modules for this one against 27 for the four), so merging is
-        about simplicity and one compiled graph per need; unused outputs cost ~15% of a
-        gradient pass. With k = 0 the Hessian-vector products cost nothing when they are vectorised over
-        the rows of V. When PyTensor cannot vectorise them (``a[group]`` indexing stalls its
-        rewrites for minutes), k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0.
-        A distributional regression (:meth:`uses_eta_sums`) never compiles it.
+        The prior at set-up, the chunked sums of the centre's optimiser and the Hessian of the
+        proxy sums call it, where there were several functions: one compiled graph per need;
+        unused outputs cost ~15% of a gradient pass. With k = 0 the Hessian-vector products cost
+        nothing when they are vectorised over the rows of V. When PyTensor cannot vectorise them
+        (``a[group]`` indexing stalls its rewrites for minutes, MvNormal rows give a Blockwise),
+        k must be 0 or 1 and a lazy ``ifelse`` skips the product for k = 0. A distributional
+        regression (:meth:`uses_eta_sums`) never compiles it.
         """
         if "setup" not in self._functions:
             # kept beside the function, which TallModels of one model graph share
@@ -665,7 +660,7 @@ def observation_lengths(model) -> dict[str, int]:
         elif value.type.shape[:1] != (None,):
             shape = value.type.shape
         else:
-            # PyTensor's Python linker: no C module compiled (pm.draw here cost 1.8 s of a first run)
+            # PyTensor's Python linker: nothing compiled (pm.draw here cost 1.8 s of a first run)
             shape = pytensor.function([], value.shape, mode=PYTHON_LINKER)()
         if len(shape) == 0:
             raise ValueError(

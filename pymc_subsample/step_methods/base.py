@@ -60,6 +60,8 @@ def in_requested_mode(init):
     @functools.wraps(init)
     def wrapped(self, *args, **kwargs):
         mode = requested_mode(kwargs.get("compile_kwargs"))
+        if mode is None:  # no choice here: an enclosing __init__'s (a subclass's) stands
+            return init(self, *args, **kwargs)
         self.compile_mode = mode
         with compile_mode(mode):
             return init(self, *args, **kwargs)
