@@ -223,6 +223,43 @@ def set_data_predictive(n, seed=0):
     return model
 
 
+def crossed_effects(n, seed=0, levels=(16, 100), zipf=1.5, *, centred_form=False):
+    """What Bambi builds for ``y ~ x1 + x2 + (1|a) + (1|b)``: a logistic regression with two crossed
+    non-centred group effects ``σ_a z_a[a] + σ_b z_b[b]`` whose group sizes are Zipf-distributed
+    (level j of a factor has weight ∝ (j+1)^−``zipf``: at 10⁵ rows, groups of 47,206 to 761 rows
+    and of 41,607 to 30), X, y and both indices as ``pm.Data``. ``centred_form``: the same data and
+    posterior of (intercept, β, σ, effects) written effect ~ N(0, σ), NUTS's easier geometry where
+    the largest groups pin their effects down (a full-data reference for the effects and σ)."""
+    rng = np.random.default_rng(seed)
+    indices = []
+    for k in levels:
+        weights = np.arange(1, k + 1, dtype=float) ** -zipf
+        indices.append(rng.choice(k, size=n, p=weights / weights.sum()))
+    a_idx, b_idx = indices
+    X = rng.normal(size=(n, 2))
+    effects = 0.5 * rng.normal(size=levels[0])[a_idx] + 0.8 * rng.normal(size=levels[1])[b_idx]
+    y = (rng.random(n) < 1 / (1 + np.exp(-(-0.5 + X @ [0.6, -0.4] + effects)))).astype(float)
+    with pm.Model(coords={"a": np.arange(levels[0]), "b": np.arange(levels[1])}) as model:
+        X_ = pm.Data("X", X)
+        a_ = pm.Data("a_idx", a_idx)
+        b_ = pm.Data("b_idx", b_idx)
+        intercept = pm.Normal("Intercept", 0, 2.5)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        sigma_a = pm.HalfNormal("sigma_a", 1)
+        sigma_b = pm.HalfNormal("sigma_b", 1)
+        if centred_form:
+            effect_a = pm.Normal("effect_a", 0, sigma_a, dims="a")
+            effect_b = pm.Normal("effect_b", 0, sigma_b, dims="b")
+            eta_ = intercept + X_ @ beta + effect_a[a_] + effect_b[b_]
+        else:
+            z_a = pm.Normal("z_a", 0, 1, dims="a")
+            z_b = pm.Normal("z_b", 0, 1, dims="b")
+            eta_ = intercept + X_ @ beta + sigma_a * z_a[a_] + sigma_b * z_b[b_]
+            pm.Deterministic("effect_a", sigma_a * z_a, dims="a")
+            pm.Deterministic("effect_b", sigma_b * z_b, dims="b")
+        pm.Bernoulli("obs", logit_p=eta_, observed=pm.Data("y", y))
+    return model
+
 ZOO = {
     "logistic": logistic,
     "bambi_form": bambi_form,
@@ -237,6 +274,7 @@ ZOO = {
     "deterministic_potential": deterministic_potential,
     "set_data_predictive": set_data_predictive,
     "zero_inflated_poisson": zero_inflated_poisson,
+    "crossed_effects": crossed_effects,
 }
 
 

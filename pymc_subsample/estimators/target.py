@@ -217,6 +217,35 @@ class SubsampledTarget:
         value, grad = self._add_sum_q(theta, value, grad)
         return value, grad, float(sigma2)
 
+    def perturbed_with_exact(self, theta, batch, n_exact, n_rest):
+        """As :meth:`perturbed`, with the first ``n_exact`` rows of ``batch`` a set E computed exactly
+        and the others a uniform subsample of the remaining ``n_rest`` rows R (seed 004 eqs. 4.1-4.5):
+
+            ℓ̂ = Σ_k q_k + Σ_{k∈E} d_k + (n_R/m) Σ_{i≤m} d_{u_i},   σ̂² = (n_R²/m²) Σ_i (d_{u_i} − d̄_u)²,
+
+        i.e. eq. (4.2) on R with ω_k = 1/n_R, plus E's rows, known without error: still unbiased, and
+        σ̂² holds only R's spread. With ``n_exact = 0`` and ``n_rest`` = N it is :meth:`perturbed`;
+        with ``n_exact = 0`` and a batch of R's rows it is the estimate on R alone (pilots).
+        """
+
+        def build(at_center):
+            exact = pt.lscalar("n_exact")
+            rest = pt.dscalar("n_rest")
+
+            def derive():
+                d = self._differences_graph(at_center)
+                total, sigma2 = difference_parts(d[exact:], rest)
+                value = self._prior_and_sum_q() + d[:exact].sum() + total - 0.5 * sigma2
+                return [value, pytensor.grad(value, self.tall.theta), sigma2]
+
+            return [exact, rest], derive
+
+        fn = self._compile("perturbed_with_exact", build)
+        scalars = (np.asarray(n_exact, dtype="int64"), np.asarray(n_rest, dtype="float64"))
+        value, grad, sigma2 = fn(*self._args(theta, batch, *scalars))
+        value, grad = self._add_sum_q(theta, value, grad)
+        return value, grad, float(sigma2)
+
     def difference_gradient(self, theta, batch):
         """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
 

@@ -65,6 +65,9 @@ class SubsampledPotential:
         self.lam = int(lam)
         self.dtype = target.tall.theta.dtype
         self.subsample = None
+        # perturbed: rows computed exactly in every estimate, first in each batch, and the number of
+        # the other rows, which the subsample is drawn from (SubsampledTarget.perturbed_with_exact)
+        self.n_exact, self.n_rest = 0, target.n_rows
         self.n_rows_evaluated = 0
         self._trajectory = None
 
@@ -91,12 +94,15 @@ class SubsampledPotential:
         return (self._trajectory or {}).get(self._key(theta))
 
     def rows_in(self, subsample) -> int:
-        return subsample.rows.size if self.estimator == "signed" else subsample.size
+        return subsample.rows.size if self.estimator == "signed" else subsample.size + self.n_exact
 
     def estimate(self, theta, subsample=None) -> Estimate:
         """The estimate at θ on ``subsample`` (default: the current one)."""
         sub = self.subsample if subsample is None else subsample
         self.n_rows_evaluated += self.rows_in(sub)
+        if self.estimator == "perturbed" and self.n_exact:
+            value, grad, var = self.target.perturbed_with_exact(theta, sub.batch, self.n_exact, self.n_rest)
+            return Estimate(value, grad, var, 1)
         if self.estimator == "perturbed":
             value, grad, var = self.target.perturbed(theta, sub.batch)
             return Estimate(value, grad, var, 1)

@@ -13,7 +13,7 @@ from pymc_subsample.kernels.potential import SignedSubsample
 from pymc_subsample.subsample.batch import Subsample
 from pymc_subsample.subsample.indices import block_update
 
-__all__ = ["accept_log_ratio", "propose_block", "propose_signed_groups"]
+__all__ = ["accept_log_ratio", "propose_block", "propose_block_of_rest", "propose_signed_groups"]
 
 
 def accept_log_ratio(rng, log_ratio) -> tuple[bool, float]:
@@ -26,6 +26,16 @@ def propose_block(rng, tall, subsample: Subsample, blocks) -> Subsample:
     """Refresh one of the G blocks of a with-replacement subsample."""
     new_idx, block = block_update(rng, subsample.idx, tall.n_rows, blocks)
     return subsample.with_block(tall, new_idx, block)
+
+
+def propose_block_of_rest(rng, tall, subsample: Subsample, blocks, draw_rest, n_exact) -> Subsample:
+    """Refresh one of the G blocks of a with-replacement subsample of the rows not computed exactly
+    (``draw_rest(size)`` draws them uniformly), whose batch holds the ``n_exact`` exact rows first.
+    """
+    block = blocks[rng.integers(len(blocks))]
+    new_idx = subsample.idx.copy()
+    new_idx[block] = draw_rest(block.stop - block.start)
+    return subsample.with_block(tall, new_idx, block, offset=n_exact)
 
 
 def draw_signed(rng, tall, lam, m) -> SignedSubsample:

@@ -10,7 +10,14 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-__all__ = ["choose_block_poisson", "choose_subsample_size", "laplace_draws", "pilot_differences"]
+__all__ = [
+    "choose_block_poisson",
+    "choose_exact_rows",
+    "choose_subsample_size",
+    "difference_deviations",
+    "laplace_draws",
+    "pilot_differences",
+]
 
 
 def laplace_draws(rng, center, precision, size):
@@ -94,3 +101,75 @@ def choose_block_poisson(n, m, mean_d, var_d, target=1.0, max_lambda=10_000):
         lam = int(np.ceil(lam * 1.25)) if lam > 8 else lam + 1
     p_neg_factor = float(np.mean(stats.norm.cdf(-(big_d - a) / np.maximum(sigma_m, 1e-300))))
     return lam, float(a), float(var_log), float(min(1.0, lam * p_neg_factor))
+
+
+def difference_deviations(target, thetas, means, chunk_size, candidates):
+    """Rows whose differences d_k(θ) = ℓ_k(θ) − q_k(θ) spread most over ``thetas``, in one pass.
+
+    Each row's score is Σ_θ (d_k(θ) − d̄(θ))², its share of the estimator's variance (seed 004
+    eq. 4.3) summed over the points, with d̄(θ) = ``means`` from a pilot (an error δ in d̄ moves
+    every score by δ², far below the scores that matter); the ``candidates`` rows of largest
+    score are kept with their squared deviations.
+
+    Returns
+    -------
+    rows : int array (c,)
+        The kept rows, largest score first.
+    squares : array (c, len(thetas))
+        (d_k(θ) − d̄(θ))² of those rows.
+    totals : array (len(thetas),)
+        Σ_k (d_k(θ) − d̄(θ))² over all N rows.
+    """
+    tall, n = target.tall, target.n_rows
+    totals = np.zeros(len(thetas))
+    kept_rows, kept_squares = np.zeros(0, dtype=int), np.zeros((0, len(thetas)))
+    for start in range(0, n, chunk_size):
+        # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
+        batch = tall.row_slice(start, start + chunk_size)
+        squares = np.column_stack([(target.differences(theta, batch) - mu) ** 2
+                                   for theta, mu in zip(thetas, means, strict=True)])
+        totals += squares.sum(axis=0)
+        rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
+        squares = np.concatenate([kept_squares, squares])
+        if rows.size > candidates:
+            keep = np.argpartition(-squares.sum(axis=1), candidates - 1)[:candidates]
+            rows, squares = rows[keep], squares[keep]
+        kept_rows, kept_squares = rows, squares
+    order = np.argsort(-kept_squares.sum(axis=1), kind="stable")
+    return kept_rows[order], kept_squares[order], totals
+
+
+def choose_exact_rows(n, squares, totals, target=1.0, minimum=10, *, at_least=0, extra=0):
+    """How many of the top rows (:func:`difference_deviations`) to compute exactly, and m for the rest.
+
+    With the e rows of largest spread in E and the other n_R = n − e rows subsampled, the estimator's
+    variance at each pilot θ is σ² = n_R² V_R(θ)/m, V_R(θ) = Σ_{k∉E} (d_k − d̄)²/n_R (eq. 4.3 on R), so
+    m(e) = n_R² V_R/target for the 90% quantile of V_R over the points (as
+    :func:`choose_subsample_size`). Each estimate then evaluates e + m(e) rows; e is the largest
+    value within 10% of its minimum (none where none lowers it). A few rows with a large proxy
+    error (the rows of a small group, whose η moves far under the posterior) dominate σ², and
+    computing them costs less than the m they would need.
+
+    ``at_least``: the first rows are exact whatever their score; ``extra``: that many more exact rows
+    outside the candidates (their squares are taken as negligible).
+
+    Returns
+    -------
+    e : int
+        Rows computed exactly (the first e of the candidates).
+    m : int
+        Subsample size for the other n − e rows.
+    """
+    cumulative = np.vstack([np.zeros((1, totals.size)), np.cumsum(squares, axis=0)])
+    e = np.arange(cumulative.shape[0])
+    n_rest = np.maximum(n - e - extra, 1)
+    var_rest = np.quantile(np.clip(totals - cumulative, 0.0, None), 0.9, axis=1) / n_rest
+    m = np.minimum(np.maximum(np.ceil(n_rest * n_rest * var_rest / target), minimum), n_rest).astype(int)
+    cost = np.where(e >= at_least, e + m, np.inf)
+    # of the choices within 10% of the fewest rows, the most exact rows: the scores come from a few
+    # points, and a row left to the subsample whose error was under-scored costs more than the
+    # rows a few more exact ones add
+    best = int(np.argmin(cost))
+    if best > at_least:
+        best = int(np.flatnonzero(cost <= 1.1 * cost[best])[-1])
+    return best, int(m[best])

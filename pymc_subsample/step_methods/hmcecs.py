@@ -17,10 +17,12 @@ simulation-consistent after weighting draws by the ``sign`` stat
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 from pymc.blocking import RaveledVars
+from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
@@ -30,15 +32,19 @@ from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
     draw_signed,
     propose_block,
+    propose_block_of_rest,
     propose_signed_groups,
 )
 from pymc_subsample.kernels.tuning import (
     choose_block_poisson,
+    choose_exact_rows,
     choose_subsample_size,
+    difference_deviations,
     laplace_draws,
     pilot_differences,
     pilot_loglik_variances,
 )
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
     SubsampleStep,
@@ -61,6 +67,10 @@ SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
 #: of a Bambi (1|group) model, whose chains need 1000
 SIZE_RETUNE_AT = (50, 150)
 RETUNE_WINDOW = 25
+#: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
+#: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
+#: model that needs more exact rows than this needs full-data NUTS
+MAX_EXACT_CANDIDATES = 20_000
 
 @dataclass_state
 class HMCECSState(SubsampleStepState):
@@ -80,11 +90,20 @@ DEFAULT_SUBSAMPLE_SIZE = 1000  # the default's floor (perturbed) and size (signe
 AUTO_TOO_LARGE = 4
 #: the inner sampler's mass matrix (HMCECS's ``mass_matrix``)
 MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
+#: "auto" adapts a dense mass matrix only below this many parameters: after its first window of 75
+#: warm-up draws, PyMC's dense adaptation drops the Laplace start and estimates the covariance from
+#: the draws since then alone, singular while they are fewer than the parameters and noisy for long
+#: after (its next window is 150 draws). On crossed effects with 121 parameters the chain left the
+#: posterior soon after the adapted matrix took over (σ_b from 0.8 to 0.001, log posterior from
+#: −59,700 to −4·10⁶, σ̂² from 0.2 to 10⁸), whether or not rows were computed exactly; with the
+#: Laplace matrix fixed, or a first window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
+DENSE_ADAPT_MAX_DIM = 75
 
 
-def _auto_too_large_message(m, n, order):
+def _auto_too_large_message(m, n, order, exact=0):
     return (
-        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows: only so many keep "
+        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows"
+        + (f" and {exact} rows computed exactly" if exact else "") + ": only so many keep "
         "σ̂² near its "
         f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
         "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
@@ -110,7 +129,11 @@ class HMCECS(InnerHMC, SubsampleStep):
         more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
         step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
         more saves a chain whose σ̂² would be far above 1, as a non-centred hierarchical model
-        had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). Signed: min(N, 1000). A
+        had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). With "auto" and the
+        default, rows whose proxy error dominates σ̂² at those draws (the rows of small groups)
+        are computed exactly in every estimate when that takes fewer rows per estimate than a
+        larger m (``self.exact_rows``; m then subsamples the other rows, eqs. 4.1-4.3 on them).
+        Signed: min(N, 1000). A
         warning says when the final choice (at the end of warm-up) is m ≥ N/4, where full-data NUTS
         is faster. For
         ``estimator="signed"`` m is the mini-batch size of each Poisson factor.
@@ -136,7 +159,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         ``"auto"`` (default): ``"laplace_adapt"`` where the rows are affine in a non-linear
         row-free φ(θ) (a non-centred ``μ + τ z[g]``: the posterior in θ is curved, and the fixed
         Laplace metric took trees of depth 7 where the adapted one takes 3, 37-55× the ESS/s
-        at N = 20,000), else ``"laplace"`` (on GLMs, the Bambi form, StudentT and the centred
+        at N = 20,000), with a first adaptation window of 2d draws from 75 parameters on (PyMC's
+        window of 75 draws gives a singular matrix beyond, and it drove a 121-parameter chain out
+        of the posterior); else ``"laplace"`` (on GLMs, the Bambi form, StudentT and the centred
         hierarchical model the Laplace metric is near exact, and adapting it cost 0.66-1.27×
         the ESS/s: ``benchmarks/README.md``).
     target_variance : float
@@ -204,7 +229,18 @@ class HMCECS(InnerHMC, SubsampleStep):
         self._configure_subsampling(subsample_size, num_blocks, precision)
         if mass_matrix == "auto":
             view = self.target.glm
-            mass_matrix = "laplace_adapt" if view is not None and view.phi is not None else "laplace"
+            curved = view is not None and view.phi is not None
+            mass_matrix = "laplace" if not curved else "laplace_adapt"
+            if curved and self.tall.ndim >= DENSE_ADAPT_MAX_DIM and "potential" not in kwargs:
+                # PyMC's dense adaptation with a first window of 2d draws, which estimate a d × d matrix
+                mass_matrix = "adapt"
+                cov = np.linalg.inv(precision)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental",
+                                            UserWarning)
+                    kwargs["potential"] = QuadPotentialFullAdapt(
+                        self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10,
+                        adaptation_window=2 * self.tall.ndim, rng=self.rng.spawn(1)[0])
         self.mass_matrix = mass_matrix
         self.inner = self._make_inner(inner, mass_matrix, precision, trajectory_length, target_accept,
                                       kwargs)
@@ -241,17 +277,81 @@ class HMCECS(InnerHMC, SubsampleStep):
         # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
-        if subsample_size == "auto":
+        self._set_exact(np.zeros(0, dtype=int))
+        if subsample_size == "auto" and self.estimator == "perturbed":
+            # at θ* and the Laplace draws around it, where the chain will be after warm-up
+            m_uniform = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
+            exact, subsample_size = self._choose_exact_and_size(np.vstack([self.proxy.center, thetas]),
+                                                                m_uniform)
+            self._set_exact(exact)
+        elif subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
+        self._setup_exact = self.exact_rows
         self._requested_blocks = num_blocks
         self._setup_size = int(subsample_size)
         self._set_size(self._setup_size)
         self.lam, self.a = 1, 0.0
         self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
+        self._set_exact(self.exact_rows)
         if self.estimator == "signed":
             self._set_block_poisson(mean_d, var_d)
             # every chain starts again from these (reset_tuning); its warm-up re-tunes its own
             self._setup_block_poisson = self._block_poisson
+
+    def _choose_exact_and_size(self, thetas, m_uniform, keep=None):
+        """The rows to compute exactly in every estimate and m for the others, at ``thetas``.
+
+        Rows whose Taylor proxy error d_k is large where the chain goes (the rows of a small group,
+        whose η moves far under the posterior while the proxy is fixed at θ*) dominate σ² (eq. 4.3),
+        and a uniform subsample holds them rarely (m = 1000 of 10⁵ rows misses a group of 46 rows
+        63% of the time), so m must grow until it holds them often enough. Computed exactly, they
+        add no variance; the rest are subsampled (:meth:`SubsampledTarget.perturbed_with_exact`).
+        On crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace draws with
+        206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled. The number of
+        exact rows minimises the rows per estimate (:func:`choose_exact_rows`); where none is worth
+        it, m is ``m_uniform``, the choice from pilot subsamples (:func:`choose_subsample_size`).
+        ``keep``: rows that stay exact (during warm-up the set only grows, so that the estimator
+        does not switch rows back and forth between chosen points).
+        """
+        n = self.tall.n_rows
+        rng = np.random.default_rng(len(thetas))  # its own stream: the pilot's draws stay as they were
+        mean_d, _ = pilot_differences(rng, self.target, thetas, min(n, 2000))
+        candidates = max(1, min(n // 4, MAX_EXACT_CANDIDATES))
+        rows, squares, totals = difference_deviations(self.target, thetas, mean_d, DEFAULT_CHUNK_SIZE,
+                                                      candidates)
+        if keep is not None and keep.size:
+            # the kept rows first: their squares leave the totals before any other row is chosen
+            first = np.isin(rows, keep)
+            extra = np.setdiff1d(keep, rows)
+            squares = np.concatenate([squares[first], squares[~first]])
+            rows = np.concatenate([rows[first], rows[~first]])
+            e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum,
+                                     at_least=int(first.sum()), extra=extra.size)
+            return np.union1d(np.union1d(rows[:e], keep), extra), m
+        e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum)
+        return (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
+
+    def _set_exact(self, rows):
+        """Compute the rows ``rows`` exactly in every estimate; subsample the others."""
+        self.exact_rows = np.asarray(rows, dtype=int)
+        self._exact_batch = self.tall.gather(self.exact_rows)
+        if hasattr(self, "potential"):
+            self.potential.n_exact = self.exact_rows.size
+            self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
+
+    def _draw_rest(self, size):
+        """``size`` rows uniform over the rows not computed exactly (ω_k = 1/n_R, eq. 4.2): uniform
+        over all rows, those in E drawn again (no array of the other N − e rows is kept).
+        """
+        n, exact = self.tall.n_rows, self.exact_rows
+        idx = self.rng.integers(0, n, size=size)
+        if exact.size:
+            while True:
+                hit = np.isin(idx, exact)
+                if not hit.any():
+                    break
+                idx[hit] = self.rng.integers(0, n, size=int(hit.sum()))
+        return idx
 
     def _set_size(self, m):
         self.subsample_size = int(m)
@@ -269,7 +369,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         rng = np.random.default_rng(len(self.warmup_thetas))
         var_d = pilot_loglik_variances(rng, self.target, recent, min(self.tall.n_rows, 2000))
         m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
-        if m != self.subsample_size:
+        exact, m = self._choose_exact_and_size(recent, m, keep=self.exact_rows)
+        if m != self.subsample_size or not np.array_equal(exact, self.exact_rows):
+            self._set_exact(exact)
             self._set_size(m)
             self.subsample = self._draw_subsample()
             self.current = None
@@ -278,10 +380,10 @@ class HMCECS(InnerHMC, SubsampleStep):
 
     def _warn_if_size_too_large(self):
         n = self.tall.n_rows
-        too_large = self.subsample_size * AUTO_TOO_LARGE >= n
+        too_large = (self.subsample_size + self.exact_rows.size) * AUTO_TOO_LARGE >= n
         if self._auto_minimum is not None and too_large and not self._size_warned:
             self._size_warned = True
-            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order))
+            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order, self.exact_rows.size))
 
     def _set_block_poisson(self, mean_d, var_d):
         """λ, a (seed 004 eq. 5.1) from pilot differences; the potential reads them at each call."""
@@ -325,12 +427,17 @@ class HMCECS(InnerHMC, SubsampleStep):
     def _draw_subsample(self):
         if self.estimator == "signed":
             return draw_signed(self.rng, self.tall, self.lam, self.subsample_size)
+        if self.exact_rows.size:
+            return Subsample.with_exact(self.tall, self._exact_batch, self._draw_rest(self.subsample_size))
         idx = self.rng.integers(0, self.tall.n_rows, size=self.subsample_size)
         return Subsample.gather(self.tall, idx)
 
     def _propose_subsample(self):
         if self.estimator == "signed":
             return propose_signed_groups(self.rng, self.tall, self.subsample, self._kappa)
+        if self.exact_rows.size:
+            return propose_block_of_rest(self.rng, self.tall, self.subsample, self._blocks, self._draw_rest,
+                                         self.exact_rows.size)
         return propose_block(self.rng, self.tall, self.subsample, self._blocks)
 
     # -------------------------------------------------------------- sampling
@@ -392,8 +499,9 @@ class HMCECS(InnerHMC, SubsampleStep):
     def reset_tuning(self):
         super().reset_tuning()
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
-        if self._auto_minimum is not None:  # each chain chooses m again from the set-up's choice
+        if self._auto_minimum is not None:  # each chain chooses m (and E) again from the set-up's choice
             self._set_size(self._setup_size)
+            self._set_exact(self._setup_exact)
         if self.estimator == "signed":  # and re-tunes λ and a from the set-up's (_retune_signed)
             self._use_block_poisson(*self._setup_block_poisson)
 
@@ -421,6 +529,16 @@ class HMCECS(InnerHMC, SubsampleStep):
     ess_remedy = ("Increase subsample_size (or use subsample_size='auto') so that σ̂² is near 1, and "
                   "check that the centre is near the posterior mode.")
 
+    def _variance_remedy(self):
+        text = _variance_remedy_text(self._auto_minimum is not None, self.estimator)
+        if self.mass_matrix == "laplace_adapt" and self.tall.ndim >= DENSE_ADAPT_MAX_DIM:
+            # measured: the chain left the posterior once PyMC's adapted matrix took over
+            text = (f"mass_matrix='laplace_adapt' adapts a dense {self.tall.ndim} × {self.tall.ndim} "
+                    "matrix from PyMC's first window of 75 warm-up draws, a singular estimate that can "
+                    "carry the chain where the Taylor proxy fails: use the default mass_matrix ('auto') "
+                    "or 'laplace'. " + text)
+        return text
+
     def run_checks(self):
         """ESS, mean σ̂², subsample acceptance and (signed) sign fraction after warm-up."""
         target = max(self.target_variance, 1.0)
@@ -429,8 +547,7 @@ class HMCECS(InnerHMC, SubsampleStep):
                 "variance", "loglik_var", lambda v: v > 3 * target,
                 "HMCECS: the log-likelihood estimator's variance σ̂² averages {value:.3g}, far above "
                 f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
-                "Increase subsample_size (or use subsample_size='auto'), use proxy_order=2, or pass a "
-                "center closer to the posterior mode."),
+                + self._variance_remedy()),
             mean_check(
                 "accept", "subsample_accept", lambda v: v < 0.05,
                 "HMCECS: only {value:.1%} of subsample updates were accepted; the chain on u is sticky. "
@@ -444,6 +561,17 @@ class HMCECS(InnerHMC, SubsampleStep):
                 "under 60% positive); sign-weighted estimates will be very noisy. Increase "
                 "subsample_size or target a smaller target_variance."))
         return checks
+
+
+def _variance_remedy_text(auto, estimator):
+    if estimator == "perturbed" and not auto:
+        # a fixed m subsamples every row, those with a large proxy error (small groups) too
+        return ("Increase subsample_size, or use the default subsample_size (None) or 'auto', which "
+                "computes exactly the rows whose Taylor proxy error is large (e.g. the rows of small "
+                "groups); or pass a center closer to the posterior mode.")
+    return ("Run a longer warm-up (tune), so that m and the rows computed exactly are chosen again at "
+            "the chain's own draws, or pass a center closer to the posterior mode; if σ̂² stays high, "
+            "full-data NUTS (pm.sample() without step=) is the safer sampler.")
 
 
 def _check_choice(name, value, allowed):

@@ -50,11 +50,24 @@ class Subsample:
     def size(self) -> int:
         return int(self.idx.shape[0])
 
-    def with_block(self, tall, new_idx, block: slice) -> Subsample:
-        """A new subsample equal to this one except the positions ``block`` of ``new_idx``."""
+    def with_block(self, tall, new_idx, block: slice, offset: int = 0) -> Subsample:
+        """A new subsample equal to this one except the positions ``block`` of ``new_idx``.
+
+        ``offset``: the batch holds that many other rows before the subsample's (the rows computed
+        exactly, :meth:`with_exact`), which stay.
+        """
         rows = tall.gather(new_idx[block])
         arrays = tuple(a.copy() for a in self.batch)
+        changed = slice(block.start + offset, block.stop + offset)
         for full, part in zip(arrays, rows):
-            full[block] = part
+            full[changed] = part
         parent = getattr(self.batch, "token", None)
-        return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=block))
+        return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=changed))
+
+    @classmethod
+    def with_exact(cls, tall, exact_batch, idx) -> Subsample:
+        """The rows ``idx`` after the rows ``exact_batch`` in one batch; ``idx`` names the former only."""
+        idx = np.asarray(idx, dtype=int)
+        rows = tall.gather(idx)
+        return cls(idx=idx, batch=Batch(tuple(np.concatenate([e, r]) for e, r in zip(exact_batch, rows,
+                                                                                       strict=True))))
