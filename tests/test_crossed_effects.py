@@ -9,6 +9,8 @@ the smallest groups hold most of σ² (eq. 4.3); the default computes them exact
 (:meth:`~pymc_subsample.estimators.target.SubsampledTarget.perturbed_with_exact`).
 """
 
+import contextlib
+import io
 import warnings
 
 import numpy as np
@@ -44,6 +46,8 @@ def test_dense_adaptation_from_75_draws_leaves_the_posterior_and_the_run_check_s
     variance = [m for m in messages if "σ̂² averages" in m]
     assert variance and "use the default mass_matrix ('auto') or 'laplace'" in variance[0]
     assert f"{float(np.mean(sigma2[0, :100])):.3g}" in variance[0]  # the actual value
+    # and the draws are far outside the Laplace approximation at θ*
+    assert [m for m in messages if "squared Mahalanobis distance" in m and "full-data NUTS" in m], messages
 
 
 @pytest.mark.slow
@@ -60,7 +64,7 @@ def test_defaults_keep_the_chain_where_the_proxy_holds_with_few_rows():
     sigma2 = idata.sample_stats["loglik_var"].values
     assert np.mean(sigma2) < 1.0, np.mean(sigma2)
     assert float(idata.sample_stats["tree_depth"].mean()) <= 6.0
-    assert not [m for m in messages if "σ̂²" in m or "effective sample size" in m], messages
+    assert not [m for m in messages if "σ̂²" in m or "effective sample size" in m or "Mahalanobis" in m], messages
     assert step.potential.rows_in(step.subsample) == exact.size + 1000
 
 
@@ -110,3 +114,20 @@ def test_estimator_with_exact_rows_is_the_difference_estimator_on_the_rest():
         fd = (target.perturbed_with_exact(theta + e, batch, 40, float(n - 40))[0]
               - target.perturbed_with_exact(theta - e, batch, 40, float(n - 40))[0]) / (2 * eps)
         assert grad[j] == pytest.approx(fd, rel=1e-4, abs=1e-3), (j, grad[j], fd)
+
+
+@pytest.mark.slow
+def test_setup_makes_few_full_passes_on_one_progress_display():
+    """The set-up's full-data passes are counted (≤ 15, the pass that scores rows for exact
+    computation included) and shown on one display: one line of output for the whole set-up, where
+    each long pass drew a bar of its own; nothing with ``progressbar=False``."""
+    outputs = []
+    for progressbar in (True, False):
+        out = io.StringIO()
+        with crossed_effects(N), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            step = pms.HMCECS(rng=0, chunk_size=5000, progressbar=progressbar)  # 20 chunks a pass
+        outputs.append(out.getvalue())
+        assert 3 <= step.tall.full_passes <= 15, step.tall.full_passes
+    lines = [line for line in outputs[0].splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("HMCECS set-up: full-data pass "), outputs[0]
+    assert outputs[1] == ""

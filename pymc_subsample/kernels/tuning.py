@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from pymc_subsample.model.chunks import pass_progress
+
 __all__ = [
     "choose_block_poisson",
     "choose_exact_rows",
@@ -123,20 +125,30 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     tall, n = target.tall, target.n_rows
     totals = np.zeros(len(thetas))
     kept_rows, kept_squares = np.zeros(0, dtype=int), np.zeros((0, len(thetas)))
-    for start in range(0, n, chunk_size):
-        # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
-        batch = tall.row_slice(start, start + chunk_size)
-        squares = np.column_stack([(target.differences(theta, batch) - mu) ** 2
-                                   for theta, mu in zip(thetas, means, strict=True)])
-        totals += squares.sum(axis=0)
-        rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
-        squares = np.concatenate([kept_squares, squares])
-        if rows.size > candidates:
-            keep = np.argpartition(-squares.sum(axis=1), candidates - 1)[:candidates]
-            rows, squares = rows[keep], squares[keep]
-        kept_rows, kept_squares = rows, squares
+    starts = range(0, n, chunk_size)
+    tall.full_passes += 1
+    with pass_progress(tall, len(starts)) as advance:
+        for start in starts:
+            kept_rows, kept_squares = _keep_largest(target, thetas, means, tall.row_slice(start, start + chunk_size),
+                                                    start, kept_rows, kept_squares, totals, candidates)
+            advance()
     order = np.argsort(-kept_squares.sum(axis=1), kind="stable")
     return kept_rows[order], kept_squares[order], totals
+
+
+def _keep_largest(target, thetas, means, batch, start, kept_rows, kept_squares, totals, candidates):
+    """One chunk of :func:`difference_deviations`: its squares added to ``totals`` (in place), and the
+    ``candidates`` rows of largest score among the kept ones and the chunk's."""
+    # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
+    squares = np.column_stack([(target.differences(theta, batch) - mu) ** 2
+                               for theta, mu in zip(thetas, means, strict=True)])
+    totals += squares.sum(axis=0)
+    rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
+    squares = np.concatenate([kept_squares, squares])
+    if rows.size > candidates:
+        keep = np.argpartition(-squares.sum(axis=1), candidates - 1)[:candidates]
+        rows, squares = rows[keep], squares[keep]
+    return rows, squares
 
 
 def choose_exact_rows(n, squares, totals, target=1.0, minimum=10, *, at_least=0, extra=0):

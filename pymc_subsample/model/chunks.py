@@ -9,10 +9,12 @@ compiled function and the tall model travel once per worker, the rows never leav
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "remembered_passes", "resolve_client"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "pass_progress", "remembered_passes", "resolve_client",
+           "setup_display"]
 
 DEFAULT_CHUNK_SIZE = 20_000
 #: seconds a pass on a Dask cluster may take before ``TimeoutError`` (None: no limit). A test sets it:
@@ -22,6 +24,8 @@ DISTRIBUTED_TIMEOUT = None
 #: a full pass shows a progress bar when it has at least this many chunks (and the tall model's
 #: ``progressbar`` is on): shorter passes finish before a bar would be read
 PROGRESS_MIN_CHUNKS = 10
+#: the display of the set-up under way in this context (:func:`setup_display`), or None
+_SETUP_DISPLAY: ContextVar[_SetupDisplay | None] = ContextVar("pymc_subsample_setup_display", default=None)
 
 
 def chunked_sum(tall, fn, theta, *, rows=None, chunk_size=DEFAULT_CHUNK_SIZE):
@@ -81,7 +85,7 @@ def remembered_passes(tall):
 
 def _local_sum(tall, fn, theta, rows, ranges):
     total = None
-    with _progress(tall, len(ranges) if rows is None else 0) as advance:
+    with pass_progress(tall, len(ranges) if rows is None else 0) as advance:
         for start, stop in ranges:
             batch = tall.row_slice(start, stop) if rows is None else _gathered(tall, rows[start:stop])
             total = _add(total, _as_floats(fn(theta, batch)))
@@ -104,17 +108,73 @@ def _gathered(tall, rows):
 
 
 @contextmanager
-def _progress(tall, n_chunks):
-    """PyMC's own progress bar over the chunks of a long full pass; a no-op otherwise."""
+def pass_progress(tall, n_chunks):
+    """Progress over the ``n_chunks`` chunks of one full pass: ``advance()`` after each chunk.
+
+    Inside :func:`setup_display` the pass updates the set-up's one display; outside it, a long pass
+    shows PyMC's own progress bar. Nothing is shown with the tall model's ``progressbar`` off or for
+    a pass of fewer than :data:`PROGRESS_MIN_CHUNKS` chunks.
+    """
     if not getattr(tall, "progressbar", False) or n_chunks < PROGRESS_MIN_CHUNKS:
         yield lambda: None
         return
-    from pymc.progress_bar.rich_progress import CustomProgress
-    from rich.progress import Progress
+    display = _SETUP_DISPLAY.get()
+    if display is not None:
+        yield display.start_pass(tall, n_chunks)
+        return
+    with _SetupDisplay("full-data pass") as display:
+        yield display.start_pass(tall, n_chunks)
 
-    with CustomProgress(*Progress.get_default_columns()) as bar:
-        task = bar.add_task(f"full-data pass {tall.full_passes} ({tall.n_rows:,} rows)", total=n_chunks)
-        yield lambda: bar.update(task, advance=1)
+
+@contextmanager
+def setup_display(title):
+    """One progress display for a whole set-up: every long full pass made inside the block updates
+    the same bar (its description names the pass and its count), where each pass drew a bar of its
+    own before, hundreds of lines on a notebook when a set-up made many passes. The bar is opened on
+    the first long pass (a set-up of short passes prints nothing); nested blocks share the outermost.
+    """
+    if _SETUP_DISPLAY.get() is not None:
+        yield
+        return
+    display = _SetupDisplay(title)
+    token = _SETUP_DISPLAY.set(display)
+    try:
+        yield
+    finally:
+        _SETUP_DISPLAY.reset(token)
+        display.close()
+
+
+class _SetupDisplay:
+    """A PyMC progress bar with one task, opened on the first pass it is told of."""
+
+    def __init__(self, title):
+        self.title = title
+        self.bar = self.task = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start_pass(self, tall, n_chunks):
+        description = f"{self.title}: full-data pass {tall.full_passes} ({tall.n_rows:,} rows)"
+        if self.bar is None:
+            from pymc.progress_bar.rich_progress import CustomProgress
+            from rich.progress import Progress
+
+            self.bar = CustomProgress(*Progress.get_default_columns())
+            self.bar.start()
+            self.task = self.bar.add_task(description, total=n_chunks)
+        else:
+            self.bar.update(self.task, description=description, total=n_chunks, completed=0)
+        return lambda: self.bar.update(self.task, advance=1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def resolve_client(tall):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from contextlib import ExitStack
 
 import numpy as np
 import pymc as pm
@@ -24,7 +25,7 @@ from pymc_subsample.control_variates.taylor import check_proxy_order
 from pymc_subsample.diagnostics.progress import ProgressBarMixin
 from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_check
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes, setup_display
 from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.tall import TallModel, observation_axis_length
 
@@ -54,30 +55,33 @@ def requested_mode(compile_kwargs) -> object:
     return compile_kwargs.get("mode")
 
 
-def in_requested_mode(init):
-    """Run a step's ``__init__`` with its functions compiled in the mode of its ``compile_kwargs``."""
+def as_one_setup(init):
+    """Run a step's ``__init__`` as one set-up: its functions compiled in the mode of its
+    ``compile_kwargs``, and its full passes shown on one progress display (:func:`setup_display`)."""
 
     @functools.wraps(init)
     def wrapped(self, *args, **kwargs):
         mode = requested_mode(kwargs.get("compile_kwargs"))
-        if mode is None:  # no choice here: an enclosing __init__'s (a subclass's) stands
-            return init(self, *args, **kwargs)
-        self.compile_mode = mode
-        with compile_mode(mode):
+        with ExitStack() as stack:
+            stack.enter_context(setup_display(f"{type(self).__name__} set-up"))
+            if mode is not None:  # else an enclosing __init__'s choice (a subclass's) stands
+                self.compile_mode = mode
+                stack.enter_context(compile_mode(mode))
             return init(self, *args, **kwargs)
 
     return wrapped
 
 
 class RequestedModeMixin:
-    """Every ``__init__`` and ``step`` of a subclass compiles in the step's requested mode."""
+    """Every ``__init__`` and ``step`` of a subclass compiles in the step's requested mode; each
+    ``__init__`` is one set-up (:func:`as_one_setup`)."""
 
     compile_mode = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "__init__" in vars(cls):
-            cls.__init__ = in_requested_mode(cls.__init__)
+            cls.__init__ = as_one_setup(cls.__init__)
 
     def step(self, point):
         if self.compile_mode is None:

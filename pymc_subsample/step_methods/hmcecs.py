@@ -26,7 +26,7 @@ from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
-from pymc_subsample.diagnostics.run_checks import mean_check
+from pymc_subsample.diagnostics.run_checks import laplace_range_check, mean_check
 from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
@@ -548,6 +548,10 @@ class HMCECS(InnerHMC, SubsampleStep):
                 "HMCECS: the log-likelihood estimator's variance σ̂² averages {value:.3g}, far above "
                 f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
                 + self._variance_remedy()),
+            laplace_range_check(
+                "HMCECS", self.proxy.center, self._laplace_chol,
+                "Compare with full-data NUTS on a subset of the rows (pms.compare), and give center= a "
+                "point nearer the posterior (such as the full-data MAP) or use mass_matrix='laplace'."),
             mean_check(
                 "accept", "subsample_accept", lambda v: v < 0.05,
                 "HMCECS: only {value:.1%} of subsample updates were accepted; the chain on u is sticky. "
