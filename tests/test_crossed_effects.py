@@ -13,6 +13,7 @@ import contextlib
 import io
 import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -46,8 +47,6 @@ def test_dense_adaptation_from_75_draws_leaves_the_posterior_and_the_run_check_s
     variance = [m for m in messages if "σ̂² averages" in m]
     assert variance and "use the default mass_matrix ('auto') or 'laplace'" in variance[0]
     assert f"{float(np.mean(sigma2[0, :100])):.3g}" in variance[0]  # the actual value
-    # and the draws are far outside the Laplace approximation at θ*
-    assert [m for m in messages if "squared Mahalanobis distance" in m and "full-data NUTS" in m], messages
 
 
 @pytest.mark.slow
@@ -64,7 +63,7 @@ def test_defaults_keep_the_chain_where_the_proxy_holds_with_few_rows():
     sigma2 = idata.sample_stats["loglik_var"].values
     assert np.mean(sigma2) < 1.0, np.mean(sigma2)
     assert float(idata.sample_stats["tree_depth"].mean()) <= 6.0
-    assert not [m for m in messages if "σ̂²" in m or "effective sample size" in m or "Mahalanobis" in m], messages
+    assert not [m for m in messages if "σ̂²" in m or "effective sample size" in m or "from where the chain ended" in m], messages
     assert step.potential.rows_in(step.subsample) == exact.size + 1000
 
 
@@ -131,3 +130,45 @@ def test_setup_makes_few_full_passes_on_one_progress_display():
     lines = [line for line in outputs[0].splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("HMCECS set-up: full-data pass "), outputs[0]
     assert outputs[1] == ""
+
+
+@pytest.mark.heavy
+def test_defaults_agree_with_full_data_nuts():
+    """``HMCECS()`` with its defaults against full-data NUTS (nutpie, the model as written) on every
+    parameter and group effect: ESS ≥ 100 first, then MCSE-scaled z ≤ 4.5 and sd ratios in
+    [0.8, 1.25], with m ≤ 5% of N and mean tree depth ≤ 6 (minutes: NUTS reads all 10⁵ rows at
+    every gradient)."""
+    pytest.importorskip("nutpie", reason="the full-data reference runs on nutpie (pip install nutpie)")
+    from zoo import agreement
+
+    names = ["Intercept", "beta", "sigma_a", "sigma_b", "effect_a", "effect_b"]
+    with crossed_effects(N):
+        reference = pm.sample(chains=2, cores=1, random_seed=1, nuts_sampler="nutpie", progressbar=False,
+                              compute_convergence_checks=False)
+    with crossed_effects(N):
+        step = pms.HMCECS(rng=0, progressbar=False)
+        idata = pm.sample(step=step, chains=2, cores=1, random_seed=2, progressbar=False,
+                          compute_convergence_checks=False)
+    result = agreement(idata, reference, names)
+    assert min(r["ess"] for r in result.values()) >= 100, result
+    ref_ess = az.ess(reference, var_names=names)
+    assert min(float(ref_ess[v].min()) for v in names) >= 100
+    assert max(r["z"] for r in result.values()) <= 4.5, result
+    ratios = np.concatenate([r["sd_ratio"] for r in result.values()])
+    assert 0.8 <= ratios.min() and ratios.max() <= 1.25, result
+    assert step.subsample_size + step.exact_rows.size <= 0.05 * N
+    assert float(idata.sample_stats["tree_depth"].mean()) <= 6.0
+
+
+@pytest.mark.heavy
+def test_subsample_mh_defaults_agree_or_warn():
+    """Pseudo-marginal ``SubsampleMH()`` on the same model: a random walk in 121 dimensions mixes too
+    slowly to agree within a test's draws, and its ESS check says so with the remedy."""
+    with crossed_effects(N):
+        step = pms.SubsampleMH(rng=0, progressbar=False)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            pm.sample(step=step, tune=200, draws=200, chains=1, random_seed=2, progressbar=False,
+                      compute_convergence_checks=False)
+    messages = [str(w.message) for w in record]
+    assert [m for m in messages if "effective sample size" in m and "HMCECS" in m], messages

@@ -8,7 +8,7 @@ import pytest
 from conftest import ar1_draws, gaussian_linear_model, logistic_data, logistic_model
 
 import pymc_subsample as pms
-from pymc_subsample.diagnostics.run_checks import RunMonitor, ess_check, mean_check, min_ess_fraction
+from pymc_subsample.diagnostics.run_checks import RunMonitor, drift_check, ess_check, mean_check, min_ess_fraction
 
 
 def test_ess_fraction_matches_ar1_theory():
@@ -38,6 +38,31 @@ def test_monitor_silent_on_a_mixing_chain():
         warnings.simplefilter("error")
         for theta in rng.standard_normal((400, 3)):
             monitor.record(theta, {"accept": 0.3})
+
+
+def test_drift_check_silent_when_stationary_and_warns_when_the_chain_slides_away():
+    """Against the last warm-up draws: a stationary AR(1) chain in 100 coordinates (ρ = 0.9) stays
+    near the largest of 100 normal deviates; the same chain with one coordinate sliding 2 of the
+    window's sds every 10 draws warns once it is past 20, with the value and the remedy."""
+    draws = ar1_draws(0.9, 1050, d=100, seed=3)
+    warmup, after = draws[:250], draws[250:]
+    check = drift_check("Step", warmup[-max(50, 250 // 4):], "Do this.")
+    assert check.statistic(after) < 6
+    monitor = RunMonitor([check])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for theta in after:
+            monitor.record(theta, {})
+    sliding = after.copy()
+    sliding[:, 7] += 0.2 * np.arange(len(after)) * warmup[-62:, 7].std()
+    monitor = RunMonitor([check])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for theta in sliding:
+            monitor.record(theta, {})
+    assert len(record) == 1 and "from where the chain ended its warm-up" in str(record[0].message)
+    assert "Do this." in str(record[0].message)
+    assert drift_check("Step", warmup[:49], "x") is None  # too few reference draws
 
 
 def test_mean_check_uses_post_warmup_stat_mean():

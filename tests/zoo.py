@@ -294,7 +294,7 @@ def two_data_sets(n, seed=0):
 
 
 #: models beyond DESIGN's zoo that the benchmarks take by name too (tests use them where they say)
-BEYOND_ZOO = {"two_data_sets": two_data_sets}
+BEYOND_ZOO = {"two_data_sets": two_data_sets, "crossed_effects": crossed_effects}
 
 
 def build(name, n=20_000, seed=0):

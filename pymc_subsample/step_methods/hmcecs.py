@@ -26,7 +26,7 @@ from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
-from pymc_subsample.diagnostics.run_checks import laplace_range_check, mean_check
+from pymc_subsample.diagnostics.run_checks import drift_check, mean_check
 from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import (
     accept_log_ratio,
@@ -489,7 +489,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             n_grad_evals=grad_rows,
             sign=self.current.sign,
         )
-        if self.tune and (self.estimator == "signed" or self._auto_minimum is not None):
+        if self.tune:  # the retuning's points, and the drift check's reference (run_checks)
             self.warmup_thetas.append(np.array(q_new.data, dtype=float))
         if self.tune and self.estimator == "signed":
             self.warmup_signs.append(self.current.sign)
@@ -548,15 +548,18 @@ class HMCECS(InnerHMC, SubsampleStep):
                 "HMCECS: the log-likelihood estimator's variance σ̂² averages {value:.3g}, far above "
                 f"its target {self.target_variance:g}; the posterior may be biased and mixing slow. "
                 + self._variance_remedy()),
-            laplace_range_check(
-                "HMCECS", self.proxy.center, self._laplace_chol,
-                "Compare with full-data NUTS on a subset of the rows (pms.compare), and give center= a "
-                "point nearer the posterior (such as the full-data MAP) or use mass_matrix='laplace'."),
             mean_check(
                 "accept", "subsample_accept", lambda v: v < 0.05,
                 "HMCECS: only {value:.1%} of subsample updates were accepted; the chain on u is sticky. "
                 "Increase num_blocks (more correlated proposals) or subsample_size."),
         ]
+        warmup = self.warmup_thetas or []
+        drift = drift_check(
+            "HMCECS", warmup[-max(50, len(warmup) // 4):],
+            "Compare with full-data NUTS on a subset of the rows (pms.compare); a longer warm-up (tune=) "
+            "or subsample_size='auto' (the default) tunes the estimator where the chain goes.")
+        if drift is not None:
+            checks.append(drift)
         if self.estimator == "signed":
             # the mean sign s̄ = 2 P(positive) − 1, so P(positive) < 0.6 ⇔ s̄ < 0.2
             checks.append(mean_check(
