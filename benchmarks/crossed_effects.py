@@ -76,9 +76,9 @@ def main():
         ratios = np.concatenate([r["sd_ratio"] for r in result.values()])
         z = max(r["z"] for r in result.values())
         print(f"| {n:,} | {ref_s:.0f} / {ess_ref:.0f} | {ours_s:.0f} / {ess:.0f} | "
-              f"{(ess / ours_s) / (ess_ref / ref_s):.1f} | {info['m']} + {info['exact']} | {info['passes']} | "
-              f"{info['depth']:.1f} | {info['sigma2']:.2f} | {z:.2f} | {ratios.min():.2f}-{ratios.max():.2f} |",
-              flush=True)
+              f"{(ess / ours_s) / (ess_ref / ref_s):.1f} | {info['m']} + {info['exact']} | "
+              f"{info['passes']} | {info['depth']:.1f} | {info['sigma2']:.2f} | {z:.2f} | "
+              f"{ratios.min():.2f}-{ratios.max():.2f} |", flush=True)
 
 
 if __name__ == "__main__":

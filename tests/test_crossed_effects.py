@@ -63,7 +63,8 @@ def test_defaults_keep_the_chain_where_the_proxy_holds_with_few_rows():
     sigma2 = idata.sample_stats["loglik_var"].values
     assert np.mean(sigma2) < 1.0, np.mean(sigma2)
     assert float(idata.sample_stats["tree_depth"].mean()) <= 6.0
-    assert not [m for m in messages if "σ̂²" in m or "effective sample size" in m or "from where the chain ended" in m], messages
+    checks = ("σ̂²", "effective sample size", "from where the chain ended")
+    assert not [m for m in messages if any(c in m for c in checks)], messages
     assert step.potential.rows_in(step.subsample) == exact.size + 1000
 
 
@@ -143,8 +144,10 @@ def test_defaults_agree_with_full_data_nuts():
 
     names = ["Intercept", "beta", "sigma_a", "sigma_b", "effect_a", "effect_b"]
     with crossed_effects(N):
+        # nutpie's low-rank mass matrix: with its diagonal one, the intercept and the group effects
+        # (whose sum the rows pin down) had a bulk ESS of 6-18 in 2000 iterations
         reference = pm.sample(chains=2, cores=1, random_seed=1, nuts_sampler="nutpie", progressbar=False,
-                              compute_convergence_checks=False)
+                              compute_convergence_checks=False, nuts={"adaptation": "low_rank"})
     with crossed_effects(N):
         step = pms.HMCECS(rng=0, progressbar=False)
         idata = pm.sample(step=step, chains=2, cores=1, random_seed=2, progressbar=False,

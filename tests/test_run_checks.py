@@ -8,7 +8,13 @@ import pytest
 from conftest import ar1_draws, gaussian_linear_model, logistic_data, logistic_model
 
 import pymc_subsample as pms
-from pymc_subsample.diagnostics.run_checks import RunMonitor, drift_check, ess_check, mean_check, min_ess_fraction
+from pymc_subsample.diagnostics.run_checks import (
+    RunMonitor,
+    drift_check,
+    ess_check,
+    mean_check,
+    min_ess_fraction,
+)
 
 
 def test_ess_fraction_matches_ar1_theory():

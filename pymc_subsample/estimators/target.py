@@ -31,11 +31,12 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.control_variates.taylor import make_proxy, truncate
+from pymc_subsample.control_variates.taylor import eta_differences, make_proxy, truncate
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
+from pymc_subsample.model.distributional import RowTerms
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["SubsampledTarget"]
@@ -194,8 +195,15 @@ class SubsampledTarget:
         return value, grad
 
     # --------------------------------------------------------------- functions
-    def differences(self, theta, batch):
-        """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
+    def differences(self, theta, batch, *, setup=False):
+        """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,).
+
+        ``setup=True`` (the set-up's pilots and passes): for a distributional regression, in NumPy
+        from the rows' terms function, which set-up compiles anyway (:func:`eta_differences`).
+        """
+        if setup and self.glm is not None:
+            at_center = RowTerms.from_flat(self._center_args(batch), self.glm.n_eta, self.glm.pairs)
+            return eta_differences(self.glm, self.order, theta, batch, at_center)
 
         def build(at_center):
             return [], lambda: self._differences_graph(at_center)

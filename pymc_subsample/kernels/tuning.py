@@ -38,7 +38,7 @@ def pilot_differences(rng, target, thetas, pilot_size):
     batch = target.tall.gather(rng.integers(0, target.n_rows, size=pilot_size))
     means, variances = [], []
     for theta in thetas:
-        d = target.differences(theta, batch)
+        d = target.differences(theta, batch, setup=True)
         means.append(d.mean())
         variances.append(d.var(ddof=1))
     return np.asarray(means), np.asarray(variances)
@@ -129,8 +129,9 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     tall.full_passes += 1
     with pass_progress(tall, len(starts)) as advance:
         for start in starts:
-            kept_rows, kept_squares = _keep_largest(target, thetas, means, tall.row_slice(start, start + chunk_size),
-                                                    start, kept_rows, kept_squares, totals, candidates)
+            batch = tall.row_slice(start, start + chunk_size)
+            kept_rows, kept_squares = _keep_largest(target, thetas, means, batch, start, kept_rows,
+                                                    kept_squares, totals, candidates)
             advance()
     order = np.argsort(-kept_squares.sum(axis=1), kind="stable")
     return kept_rows[order], kept_squares[order], totals
@@ -138,9 +139,10 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
 
 def _keep_largest(target, thetas, means, batch, start, kept_rows, kept_squares, totals, candidates):
     """One chunk of :func:`difference_deviations`: its squares added to ``totals`` (in place), and the
-    ``candidates`` rows of largest score among the kept ones and the chunk's."""
+    ``candidates`` rows of largest score among the kept ones and the chunk's.
+    """
     # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
-    squares = np.column_stack([(target.differences(theta, batch) - mu) ** 2
+    squares = np.column_stack([(target.differences(theta, batch, setup=True) - mu) ** 2
                                for theta, mu in zip(thetas, means, strict=True)])
     totals += squares.sum(axis=0)
     rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])

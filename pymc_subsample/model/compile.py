@@ -15,7 +15,9 @@ from contextlib import contextmanager
 
 import pytensor
 from pytensor.compile.mode import Mode, get_mode
+from pytensor.scalar import Add, Cast, Mul
 from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.elemwise import Elemwise
 
 __all__ = [
     "PYTHON_LINKER",
@@ -26,6 +28,7 @@ __all__ = [
     "compile_python",
     "current_mode",
     "has_blockwise",
+    "runs_on_numpy",
 ]
 
 #: graph rewrites that cost more than they give on the estimator's graphs: factoring products out of
@@ -91,3 +94,17 @@ def has_blockwise(function) -> bool:
     by looping over the batch (and which fails on an empty batch).
     """
     return any(isinstance(node.op, Blockwise) for node in function.maker.fgraph.apply_nodes)
+
+
+def runs_on_numpy(function) -> bool:
+    """Whether every elementwise node of a function on PyTensor's Python linker calls a NumPy or
+    SciPy ufunc over whole arrays: no scalar op (softplus, a fused Composite) runs one element at a
+    time in Python, so the function is as fast as compiled code on large arrays.
+    """
+    for node in function.maker.fgraph.apply_nodes:
+        if not isinstance(node.op, Elemwise) or isinstance(node.op.scalar_op, (Add, Mul, Cast)):
+            continue  # PyTensor folds variadic Add and Mul into their binary ufuncs, Cast is astype
+        spec = node.op.nfunc_spec
+        if spec is None or spec[1] != len(node.inputs):
+            return False
+    return True

@@ -51,6 +51,7 @@ from pymc_subsample.model.compile import (
     compile_function,
     compile_python,
     has_blockwise,
+    runs_on_numpy,
 )
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
@@ -441,20 +442,25 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     Why: the set-up's Jacobian of an affine η takes η at d + 1 points per chunk of rows. One call
     at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times:
     at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way.
+
+    The function runs on PyTensor's Python linker wherever each of its elementwise ops is a NumPy
+    ufunc (:func:`~pymc_subsample.model.compile.runs_on_numpy`; η is mostly products with the data
+    and sums, the link's inverse is applied outside): NumPy's matrix product and ufuncs over the
+    (k, m) arrays take about what compiled code takes, and nothing is compiled. Compiled, the
+    product of the points with the transposed data was a third of a first run's set-up of the
+    linear zoo model (9 of 34 s of Numba compilation, for a strided matrix product's kernel).
     """
     points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
               for x in inputs]
-
-    def derive():
-        # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the
-        # value itself is what η needs
-        views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
-        plain = graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views},
-                                       strict=False)
-        return vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
-
+    # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the value
+    # itself is what η needs
+    views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
+    plain = graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views}, strict=False)
     try:
-        function = compile_function([*points, *batch_inputs], derive())
+        vectorised = vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
+        function = compile_python([*points, *batch_inputs], vectorised, arrays=True)
+        if not has_blockwise(function) and not runs_on_numpy(function):
+            function = compile_function([*points, *batch_inputs], vectorised)
     except (NotImplementedError, TypeError, ValueError):
         return None
     return None if has_blockwise(function) else function
@@ -506,7 +512,8 @@ def distributional_regression(tall) -> DistributionalRegression:
         if stacked is not None:
             masks.append(stacked.mask)
     constants = [p for _, params, _ in terms for p in params if not isinstance(p, int)]
-    graphs = tall.batch_graph([g for g, *_ in candidates] + constants + masks + [y for *_, y in terms])
+    graphs = _rows_of_one_length(tall.batch_graph([g for g, *_ in candidates] + constants + masks +
+                                                  [y for *_, y in terms]), tall.batch_inputs)
     n_free, n_const, n_masks = len(candidates), len(constants), len(masks)
     rows = graphs[-1].shape  # every observed variable has the rows' length
     raw = [pt.broadcast_to(g, rows) for g in graphs[:n_free]]
@@ -527,6 +534,21 @@ def distributional_regression(tall) -> DistributionalRegression:
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
     to_eta = [forward[1] for forward in forwards]
     return DistributionalRegression(tall, terms, eta_rows, links, raw, to_eta, phi)
+
+
+def _rows_of_one_length(graphs, batch_inputs):
+    """``graphs`` with every batch input said to have as many rows as the first.
+
+    Every graph of the view then has one symbolic number of rows: without it, PyTensor checks at
+    run time that each elementwise operation's inputs have equal lengths (an Assert with its
+    comparisons and scalar conversions per pair: 32 of the 84 nodes of the linear zoo model's
+    compiled estimator, each a kernel compiled on a first run).
+    """
+    if len(batch_inputs) < 2:
+        return graphs
+    rows = batch_inputs[0].shape[0]
+    said = {x: pt.specify_shape(x, (rows, *[None] * (x.type.ndim - 1))) for x in batch_inputs[1:]}
+    return graph_replace(graphs, said, strict=False)
 
 
 def _affine_in_row_free(tall, raw, candidates):

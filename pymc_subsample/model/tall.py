@@ -261,26 +261,26 @@ class TallModel:
     def prior_value_and_grad(self, theta, *, setup=False):
         """Log p(theta) (with transforms' Jacobians) and its gradient.
 
-        By default from a small function of its own (about 7 µs a call), for samplers that call
-        it every iteration. ``setup=True`` takes them from the set-up function instead, which
-        set-up code compiles anyway: no extra C modules on a first run, but about 50 µs a call. A
-        distributional regression, whose set-up sums come from η, has no set-up function: there the
-        set-up's ~100-250 calls (the centre's optimiser, the prior Hessian's differences) go to the
-        small function too. (They went to the same graph on PyTensor's Python linker, to spare a
-        first run the C compilation of its fused kernels; at 0.7 ms a call on the centred
-        hierarchical model, 227 calls were 0.16 s of its 0.5 s warm set-up at 10⁶ rows. Since a
-        function's modules are built side by side (:mod:`~pymc_subsample.model.side_by_side`)
-        those kernels cost a first run little.)
+        By default from a small compiled function of its own (about 7 µs a call), for samplers that
+        call it every iteration. ``setup=True``, for the set-up's ~100-250 calls (the centre's
+        optimiser, the prior Hessian's differences), takes them from the set-up function instead,
+        which set-up code compiles anyway (about 50 µs a call). A distributional regression, whose
+        set-up sums come from η, has no set-up function: there they come from the same graph on
+        PyTensor's Python linker (:data:`~pymc_subsample.model.compile.PYTHON_LINKER_ARRAYS`),
+        nothing compiled: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
+        against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up.
         """
         if setup and not self.uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
             prior, prior_grad, *_ = self._setup_terms(theta, self._no_directions(), self._prior_batch)
             return prior, prior_grad
-        if "prior" not in self._functions:
-            self._functions["prior"] = compile_function([self.theta],
-                                                        [self.prior_graph, self.prior_grad_graph])
-        return tuple(self._functions["prior"](_as_theta(theta, self.theta.dtype)))
+        key = "prior_setup" if setup else "prior"
+        if key not in self._functions:
+            graphs = [self.prior_graph, self.prior_grad_graph]
+            self._functions[key] = (compile_python([self.theta], graphs, arrays=True) if setup else
+                                    compile_function([self.theta], graphs))
+        return tuple(self._functions[key](_as_theta(theta, self.theta.dtype)))
 
     def prior_hessian(self, theta):
         """Hessian of log p(theta) on the unconstrained scale, shape (d, d).

@@ -57,7 +57,8 @@ def requested_mode(compile_kwargs) -> object:
 
 def as_one_setup(init):
     """Run a step's ``__init__`` as one set-up: its functions compiled in the mode of its
-    ``compile_kwargs``, and its full passes shown on one progress display (:func:`setup_display`)."""
+    ``compile_kwargs``, and its full passes shown on one progress display (:func:`setup_display`).
+    """
 
     @functools.wraps(init)
     def wrapped(self, *args, **kwargs):
@@ -74,7 +75,8 @@ def as_one_setup(init):
 
 class RequestedModeMixin:
     """Every ``__init__`` and ``step`` of a subclass compiles in the step's requested mode; each
-    ``__init__`` is one set-up (:func:`as_one_setup`)."""
+    ``__init__`` is one set-up (:func:`as_one_setup`).
+    """
 
     compile_mode = None
 
