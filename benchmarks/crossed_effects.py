@@ -26,7 +26,7 @@ import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 import pytensor  # noqa: E402
-from zoo import agreement, crossed_effects  # noqa: E402
+from zoo import agreement, crossed_effects, worst_of  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
 
@@ -72,13 +72,11 @@ def main():
         ref, ref_s, _ = run(n, "nutpie")
         ours, ours_s, info = run(n, "hmcecs")
         ess_ref, ess = min_ess(ref), min_ess(ours)
-        result = agreement(ours, ref, VARS)
-        ratios = np.concatenate([r["sd_ratio"] for r in result.values()])
-        z = max(r["z"] for r in result.values())
+        worst = worst_of(agreement(ours, ref, VARS))
         print(f"| {n:,} | {ref_s:.0f} / {ess_ref:.0f} | {ours_s:.0f} / {ess:.0f} | "
               f"{(ess / ours_s) / (ess_ref / ref_s):.1f} | {info['m']} + {info['exact']} | "
-              f"{info['passes']} | {info['depth']:.1f} | {info['sigma2']:.2f} | {z:.2f} | "
-              f"{ratios.min():.2f}-{ratios.max():.2f} |", flush=True)
+              f"{info['passes']} | {info['depth']:.1f} | {info['sigma2']:.2f} | {worst['z']:.2f} | "
+              f"{worst['sd_min']:.2f}-{worst['sd_max']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

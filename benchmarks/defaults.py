@@ -16,11 +16,10 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pymc as pm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from zoo import agreement, agrees, build  # noqa: E402
+from zoo import agreement, agrees, build, worst_of  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
 
@@ -61,12 +60,10 @@ def main():
                 idata = pm.sample(step=step, draws=args.draws, tune=args.draws, random_seed=2, **SAMPLE)
                 sample = time.perf_counter() - t
             res = agreement(idata, ref, free)
-            ratios = np.concatenate([r["sd_ratio"] for r in res.values()])
-            worst = {k: max(r[k] for r in res.values()) for k in ("shift", "z")}
-            min_ess = min(r["ess"] for r in res.values())
-            print(f"{name:15s} {method:12s} {setup:8.1f} {sample:9.1f} {min_ess:8.0f} "
+            worst = worst_of(res)
+            print(f"{name:15s} {method:12s} {setup:8.1f} {sample:9.1f} {worst['ess']:8.0f} "
                   f"{worst['shift']:7.3f} {worst['z']:6.2f} "
-                  f"{ratios.min():5.2f}-{ratios.max():5.2f}  {'yes' if agrees(res) else 'NO ':5s}  "
+                  f"{worst['sd_min']:5.2f}-{worst['sd_max']:5.2f}  {'yes' if agrees(res) else 'NO ':5s}  "
                   f"{'; '.join(ours(record)) or '-'}", flush=True)
 
 

@@ -199,7 +199,9 @@ def test_both_samplers_agree_with_nuts_on_the_noncentred_hierarchical_model():
     names = ["mu_a", "tau_a", "a", "b"]
     ess_ref = az.ess(ref, var_names=names)
     assert min(float(ess_ref[v].min()) for v in names) >= 100  # the reference's MCSE enters every z
-    _both_agree_with(model, ref, names, {pms.HMCECS: dict(draws=1000, tune=500),
+    # 2000 draws: in 1000, μ_a's ESS was 52 in one run and above 100 in another of the same seed (the
+    # chain's path moves with the last bits of BLAS's threaded arithmetic)
+    _both_agree_with(model, ref, names, {pms.HMCECS: dict(draws=2000, tune=500),
                                          pms.SubsampleMH: dict(draws=800, tune=800)})
 
 

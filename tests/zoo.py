@@ -324,6 +324,14 @@ def agreement(idata, reference, var_names):
     return out
 
 
+def worst_of(result):
+    """The worst of :func:`agreement` over its variables: min ESS, max z, max shift, min and max sd ratio."""
+    ratios = np.concatenate([np.atleast_1d(r["sd_ratio"]) for r in result.values()])
+    return dict(ess=min(r["ess"] for r in result.values()), z=max(r["z"] for r in result.values()),
+                shift=max(r["shift"] for r in result.values()), sd_min=float(ratios.min()),
+                sd_max=float(ratios.max()))
+
+
 def agrees(result, min_ess=100, z_max=4.5, sd_tol=0.25):
     """Whether every variable of :func:`agreement` has ESS ≥ min_ess, z < z_max and sd within sd_tol."""
     return all(r["ess"] >= min_ess and r["z"] < z_max and np.all(np.abs(r["sd_ratio"] - 1) < sd_tol)
