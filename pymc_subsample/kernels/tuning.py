@@ -130,27 +130,18 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     with pass_progress(tall, len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
-            kept_rows, kept_squares = _keep_largest(target, thetas, means, batch, start, kept_rows,
-                                                    kept_squares, totals, candidates)
+            # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
+            squares = np.column_stack([(target.differences(theta, batch, setup=True) - mu) ** 2
+                                       for theta, mu in zip(thetas, means, strict=True)])
+            totals += squares.sum(axis=0)
+            kept_rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
+            kept_squares = np.concatenate([kept_squares, squares])
+            if kept_rows.size > candidates:
+                keep = np.argpartition(-kept_squares.sum(axis=1), candidates - 1)[:candidates]
+                kept_rows, kept_squares = kept_rows[keep], kept_squares[keep]
             advance()
     order = np.argsort(-kept_squares.sum(axis=1), kind="stable")
     return kept_rows[order], kept_squares[order], totals
-
-
-def _keep_largest(target, thetas, means, batch, start, kept_rows, kept_squares, totals, candidates):
-    """One chunk of :func:`difference_deviations`: its squares added to ``totals`` (in place), and the
-    ``candidates`` rows of largest score among the kept ones and the chunk's.
-    """
-    # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
-    squares = np.column_stack([(target.differences(theta, batch, setup=True) - mu) ** 2
-                               for theta, mu in zip(thetas, means, strict=True)])
-    totals += squares.sum(axis=0)
-    rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
-    squares = np.concatenate([kept_squares, squares])
-    if rows.size > candidates:
-        keep = np.argpartition(-squares.sum(axis=1), candidates - 1)[:candidates]
-        rows, squares = rows[keep], squares[keep]
-    return rows, squares
 
 
 def choose_exact_rows(n, squares, totals, target=1.0, minimum=10, *, at_least=0, extra=0):

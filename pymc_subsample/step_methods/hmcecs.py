@@ -277,22 +277,21 @@ class HMCECS(InnerHMC, SubsampleStep):
         # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
-        self._set_exact(np.zeros(0, dtype=int))
+        exact = np.zeros(0, dtype=int)
         if subsample_size == "auto" and self.estimator == "perturbed":
             # at θ* and the Laplace draws around it, where the chain will be after warm-up
             m_uniform = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
             exact, subsample_size = self._choose_exact_and_size(np.vstack([self.proxy.center, thetas]),
                                                                 m_uniform)
-            self._set_exact(exact)
         elif subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-        self._setup_exact = self.exact_rows
+        self._setup_exact = exact
         self._requested_blocks = num_blocks
         self._setup_size = int(subsample_size)
         self._set_size(self._setup_size)
         self.lam, self.a = 1, 0.0
         self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
-        self._set_exact(self.exact_rows)
+        self._set_exact(exact)
         if self.estimator == "signed":
             self._set_block_poisson(mean_d, var_d)
             # every chain starts again from these (reset_tuning); its warm-up re-tunes its own
@@ -327,7 +326,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             rows = np.concatenate([rows[first], rows[~first]])
             e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum,
                                      at_least=int(first.sum()), extra=extra.size)
-            return np.union1d(np.union1d(rows[:e], keep), extra), m
+            return np.union1d(rows[:e], keep), m  # extra ⊂ keep
         e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum)
         return (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
 
@@ -335,9 +334,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         """Compute the rows ``rows`` exactly in every estimate; subsample the others."""
         self.exact_rows = np.asarray(rows, dtype=int)
         self._exact_batch = self.tall.gather(self.exact_rows)
-        if hasattr(self, "potential"):
-            self.potential.n_exact = self.exact_rows.size
-            self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
+        self.potential.n_exact = self.exact_rows.size
+        self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
 
     def _draw_rest(self, size):
         """``size`` rows uniform over the rows not computed exactly (ω_k = 1/n_R, eq. 4.2): uniform
