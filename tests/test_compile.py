@@ -10,7 +10,14 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.link.numba.linker import NumbaLinker
 
-from pymc_subsample.model.compile import compile_function, compile_mode, compile_python, current_mode
+from pymc_subsample.model.compile import (
+    compile_function,
+    compile_mode,
+    compile_numpy,
+    compile_python,
+    current_mode,
+    runs_on_numpy,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pymc_subsample"
 
@@ -31,6 +38,20 @@ def test_compiled_function_matches_numpy_in_the_default_numba_mode():
     assert isinstance(function.maker.linker, NumbaLinker)
     np.testing.assert_allclose(function(values), _expected(values), rtol=1e-12)
     np.testing.assert_allclose(compile_python([x], y)(values), _expected(values), rtol=1e-12)
+
+
+def test_a_numpy_function_computes_softplus_and_trigamma_over_whole_arrays():
+    """Softplus and trigamma, whose elementwise ops have no array function in PyTensor, run as
+    NumPy and SciPy calls over the arrays and agree with the compiled function; an op with no array
+    function of ours gives None (the caller compiles)."""
+    x = pt.vector("x")
+    outputs = [pt.softplus(x) * 2.0, pt.tri_gamma(pt.exp(x)), pt.sigmoid(x)]
+    values = np.linspace(-30, 30, 11)
+    on_numpy = compile_numpy([x], outputs)
+    assert on_numpy is not None and runs_on_numpy(on_numpy)
+    for a, b in zip(on_numpy(values), compile_function([x], outputs)(values), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert compile_numpy([x], [pt.log1mexp(-pt.exp(x))]) is None
 
 
 def test_a_mode_chosen_for_a_block_is_used_there_and_nowhere_else():

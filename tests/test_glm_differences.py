@@ -7,10 +7,11 @@ import pytest
 from pytensor.tensor.random.basic import BernoulliRV, PoissonRV
 from zoo import build
 
+from pymc_subsample.estimators import target as target_module
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import distributional
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.subsample.batch import Subsample
+from pymc_subsample.subsample.batch import Batch, Subsample
 
 
 def hierarchical_logistic(n, seed=0):
@@ -98,10 +99,15 @@ def test_glm_differences_equal_the_generic_graph(name, order):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
 
 
-def test_terms_at_the_center_follow_block_updates():
-    """The η path keeps each row's terms at θ* across HMC-ECS block updates and computes only the
-    changed block's: a chain of block updates gives what a fresh gather gives on the generic graph."""
+@pytest.mark.parametrize("kept", [True, False])
+def test_terms_at_the_center_follow_block_updates(kept, monkeypatch):
+    """The η path reads each row's terms at θ* from those kept for all N rows, or (data too large to
+    keep them) keeps a batch's across HMC-ECS block updates and computes only the changed block's:
+    either way a chain of block updates gives what a fresh gather gives on the generic graph."""
+    if not kept:
+        monkeypatch.setattr(target_module, "KEPT_TERMS_MAX_VALUES", 0)
     tall, glm, generic = _targets(build("logistic", 3_000))
+    assert (glm._kept_terms() is not None) == kept
     rng = np.random.default_rng(3)
     sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 200))
     for k in range(4):
@@ -110,8 +116,21 @@ def test_terms_at_the_center_follow_block_updates():
         new_idx[block] = rng.integers(0, tall.n_rows, 50)
         sub = sub.with_block(tall, new_idx, block)
         theta = glm.center + rng.normal(scale=0.3, size=tall.ndim)
+        np.testing.assert_array_equal(sub.batch.rows, new_idx)
         for a, b in zip(glm.perturbed(theta, sub.batch), generic.perturbed(theta, tall.gather(new_idx))):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
+def test_kept_terms_follow_the_exact_rows_before_the_subsample():
+    """A batch of exact rows followed by subsampled ones knows its rows in order, and the terms read
+    for it equal those computed for its rows."""
+    tall, glm, _ = _targets(build("poisson_offset", 3_000))
+    exact = Batch(tall.gather(np.array([5, 17, 2999])), rows=np.array([5, 17, 2999]))
+    sub = Subsample.with_exact(tall, exact, np.array([0, 17, 40]))
+    np.testing.assert_array_equal(sub.batch.rows, [5, 17, 2999, 0, 17, 40])
+    computed = glm.glm.row_terms(glm.center, tuple(sub.batch)).flat()
+    for read, fresh in zip(glm._center_args(sub.batch), computed, strict=True):
+        np.testing.assert_allclose(read, fresh, rtol=1e-12)
 
 
 def _wrong_poisson_f(monkeypatch):

@@ -36,10 +36,14 @@ from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
-from pymc_subsample.model.distributional import RowTerms
+from pymc_subsample.model.distributional import NUMPY_TERMS_MIN_ROWS, RowTerms
 from pymc_subsample.model.tall import directional_derivative
 
-__all__ = ["SubsampledTarget"]
+__all__ = ["KEPT_TERMS_MAX_VALUES", "SubsampledTarget"]
+
+#: the rows' terms at θ* of all N rows are kept in memory up to this many values (160 MB): 10⁶ rows
+#: of a regression with two linear predictors (eight terms a row) fit twenty times over
+KEPT_TERMS_MAX_VALUES = 20_000_000
 
 
 class SubsampledTarget:
@@ -61,11 +65,13 @@ class SubsampledTarget:
         self.n_rows = tall.n_rows
         self._glm_choice = glm
         self.proxy = make_proxy(tall, self.glm, center, order, chunk_size=chunk_size)
+        self._chunk_size = chunk_size
         self.center = self.proxy.center
         self.order = self.proxy.order
         self._functions_by_mode = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
+        self._all_terms = None  # (θ* as bytes, all N rows' terms at θ*) where kept (:meth:`_kept_terms`)
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
     @property
@@ -148,17 +154,28 @@ class SubsampledTarget:
         return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self._center_args(batch),
                 *self._sum_q()[2])
 
+    def __getstate__(self):
+        # a chain's process computes the kept terms again (one pass) rather than receive up to
+        # KEPT_TERMS_MAX_VALUES values through a pipe
+        return dict(self.__dict__, _all_terms=None, _batch_terms=None)
+
     def _center_args(self, batch):
         """θ* itself (generic graph), or the rows' terms at θ* of ``batch`` (η path).
 
-        The terms depend on θ* and the row's data alone, so they are computed once per row: a sampler
-        passes the same batch object until its subsample changes (batches are never changed in
-        place), and a batch made by a block update from the last one
-        (:class:`~pymc_subsample.subsample.batch.Batch`) keeps the terms of the unchanged positions,
-        so an HMC-ECS iteration computes m/G rows' terms.
+        The terms depend on θ* and the row's data alone. Where they are kept for all N rows
+        (:meth:`_kept_terms`), a batch that knows its rows (``Batch.rows``) reads them. Otherwise they
+        are computed once per row: a sampler passes the same batch object until its subsample
+        changes (batches are never changed in place), and a batch made by a block update from the
+        last one (:class:`~pymc_subsample.subsample.batch.Batch`) keeps the terms of the unchanged
+        positions, so an HMC-ECS iteration computes m/G rows' terms.
         """
         if self.glm is None:
             return (self.center.astype(self.tall.theta.dtype),)
+        rows = getattr(batch, "rows", None)
+        if rows is not None:
+            kept = self._kept_terms()
+            if kept is not None:
+                return [t[rows] for t in kept]
         last = self._batch_terms
         if last is not None and last[0] is batch:
             return last[1]
@@ -172,6 +189,30 @@ class SubsampledTarget:
             terms = [np.asarray(t) for t in self.glm.row_terms(self.center, batch).flat()]
         self._batch_terms = (batch, terms)
         return terms
+
+    def _kept_terms(self):
+        """The rows' terms at θ* of all N rows (one pass, in chunks through NumPy), or None.
+
+        Kept where the data are in memory and the terms hold at most :data:`KEPT_TERMS_MAX_VALUES`
+        values: a sampler's per-iteration rows then read them instead of calling a compiled
+        function, so a first run compiles no function of the rows' terms at all (one Numba function
+        fewer, seconds on a cold cache), and a negative binomial's trigamma, which PyTensor's Numba
+        backend runs in object mode (40 µs a row), is never called per iteration.
+        """
+        key = self.center.tobytes()
+        if self._all_terms is not None and self._all_terms[0] == key:
+            return self._all_terms[1]
+        n_terms = len(self.glm.row_terms_variables().flat())
+        if any(leaf.streamed for leaf in self.tall.leaves) or n_terms * self.n_rows > KEPT_TERMS_MAX_VALUES:
+            return None
+        kept = np.empty((n_terms, self.n_rows))
+        chunk = max(self._chunk_size, NUMPY_TERMS_MIN_ROWS)
+        for start in range(0, self.n_rows, chunk):
+            stop = min(start + chunk, self.n_rows)
+            kept[:, start:stop] = self.glm.row_terms(self.center, self.tall.row_slice(start, stop)).flat()
+        self.tall.full_passes += 1
+        self._all_terms = (key, kept)
+        return kept
 
     def _sum_q(self):
         """(Σ_k q_k(θ) as a graph or None, its inputs, their values): the proxy's

@@ -13,9 +13,14 @@ from __future__ import annotations
 import contextvars
 from contextlib import contextmanager
 
+import numpy as np
 import pytensor
+import scipy.special
 from pytensor.compile.mode import Mode, get_mode
+from pytensor.graph import clone_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.scalar import Add, Cast, Mul
+from pytensor.scalar.math import Softplus, TriGamma
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import Elemwise
 
@@ -25,6 +30,7 @@ __all__ = [
     "SLOW_REWRITES",
     "compile_function",
     "compile_mode",
+    "compile_numpy",
     "compile_python",
     "current_mode",
     "has_blockwise",
@@ -108,3 +114,42 @@ def runs_on_numpy(function) -> bool:
         if spec is None or spec[1] != len(node.inputs):
             return False
     return True
+
+
+def softplus(x):
+    """log(1 + eˣ) over an array, without overflow: NumPy's ``logaddexp(0, x)``."""
+    return np.logaddexp(0.0, x)
+
+
+def trigamma(x):
+    """ψ′(x) over an array: SciPy's ``polygamma(1, x)``."""
+    return scipy.special.polygamma(1, x)
+
+
+#: scalar ops whose PyTensor Elemwise has no array function on the Python linker (each element a
+#: Python call: 3 s for the negative binomial's rows' terms over 10⁵ rows), with a NumPy or SciPy
+#: function over whole arrays of this module; given to ``Elemwise`` as its public ``nfunc_spec``
+ARRAY_FUNCTIONS = {Softplus: f"{__name__}.softplus", TriGamma: f"{__name__}.trigamma"}
+
+
+def compile_numpy(inputs, outputs):
+    """``outputs`` as a function on PyTensor's Python linker whose every elementwise op is a NumPy or
+    SciPy function over whole arrays, or None where some op has none (:func:`runs_on_numpy`).
+
+    The graph is rewritten first as :data:`PYTHON_LINKER_ARRAYS` would (no fusion, no in-place ops),
+    then the elementwise ops of :data:`ARRAY_FUNCTIONS` are rebuilt with their array function: the
+    rewrites make a softplus of ``log1p(exp(x))`` again, so they must come first. Nothing is compiled:
+    for the set-up's passes over the rows, where a compiled kernel's first call costs seconds.
+    """
+    rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace"), clone=True)
+    swap = {}
+    for node in pytensor.graph.basic.io_toposort(inputs, rewritten):
+        spec = ARRAY_FUNCTIONS.get(type(getattr(node.op, "scalar_op", None)))
+        if isinstance(node.op, Elemwise) and spec is not None:
+            (out,) = node.outputs
+            swap[out] = Elemwise(node.op.scalar_op, nfunc_spec=(spec, 1, 1))(*node.inputs)
+    if swap:
+        rewritten = clone_replace(rewritten, replace=swap)
+    function = pytensor.function(inputs, rewritten, mode=Mode(linker="py", optimizer=None),
+                                 on_unused_input="ignore", trust_input=True)
+    return function if runs_on_numpy(function) else None

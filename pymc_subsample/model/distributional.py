@@ -49,6 +49,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_subsample.model.compile import (
     SLOW_REWRITES,
     compile_function,
+    compile_numpy,
     compile_python,
     has_blockwise,
     runs_on_numpy,
@@ -58,6 +59,7 @@ from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_
 
 __all__ = [
     "LINKS",
+    "NUMPY_TERMS_MIN_ROWS",
     "DistributionalRegression",
     "PointsFunction",
     "RowTerms",
@@ -82,6 +84,10 @@ _CHECK_ROWS = 8
 #: (`eta_vjp`: 0.74 s of a first run's 7.3 s on the d = 2 zoo model); above, the reverse pass,
 #: O(m d) per chunk against J's O(m d²)
 JACOBIAN_GRADIENT_MAX_D = 8
+#: a batch of at least this many rows (the set-up's chunks and its 2,000-row pilots) has its rows'
+#: terms computed in NumPy (:meth:`DistributionalRegression.row_terms`): no kernel to compile, for a
+#: per-call overhead of 0.2-2 ms and 1.5-5x a compiled pass's time per row (10⁶ rows of the zoo, 2026-11)
+NUMPY_TERMS_MIN_ROWS = 2000
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
@@ -181,7 +187,7 @@ class DistributionalRegression:
         self._theta_points = self._phi_points = None
         self._layouts = {}  # in θ (False) and in φ (True): PointLayout, on first use
         self._eta_phi = None
-        self._terms_function = None
+        self._terms_functions = {}  # "numpy" (None where some op has no array function), "compiled"
         self._vjp_function = None
         self.pairs = [(j, k) for j in range(len(eta_rows)) for k in range(j, len(eta_rows))]
 
@@ -296,26 +302,41 @@ class DistributionalRegression:
         """
         return _affine_offset_and_jacobian(lambda points: self.eta_at_phis(points, batch), self.phi.size)
 
-    def row_terms(self, theta, batch) -> RowTerms:
-        """:class:`RowTerms` of the rows of ``batch`` at θ, from one compiled elementwise function
-        (the set-up's Σ H_k and the estimator's terms at θ* share it).
+    def row_terms(self, theta, batch, *, setup=False) -> RowTerms:
+        """:class:`RowTerms` of the rows of ``batch`` at θ: f and its first and second derivatives in η.
+
+        A batch of :data:`NUMPY_TERMS_MIN_ROWS` rows or more (a set-up's chunks and pilots), or any
+        batch with ``setup`` (a check on a few rows), goes through NumPy and SciPy over whole arrays
+        (:func:`~pymc_subsample.model.compile.compile_numpy`), which compiles nothing; a smaller one
+        (a sampler's per-iteration rows) through one compiled function, whose per-call cost is
+        microseconds where NumPy's is a fraction of a millisecond.
         """
-        if self._terms_function is None:
-            value = self.loglik_graph(self.eta_rows)
-
-            def derive():
-                terms = RowTerms(self.eta_rows, *self.derivative_graphs(self.eta_rows, value)).flat()
-                # each term as long as the rows: ``second`` (elementwise), not ``broadcast_to``,
-                # whose Alloc folds ``value.shape`` symbolically while the graph is built (10 ms a
-                # term, 86 ms of a 0.4 s warm set-up of the linear zoo model); the rewrites make it
-                # an Alloc anyway
-                return [pt.second(value, t) for t in terms]
-
-            # row terms: f, its first and second derivatives in η
-            self._terms_function = compile_function([self.tall.theta, *self.tall.batch_inputs], derive(),
-                                                    exclude=SLOW_REWRITES)
-        values = self._terms_function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
+        if setup or (len(batch) and np.shape(batch[0])[:1] and np.shape(batch[0])[0] >= NUMPY_TERMS_MIN_ROWS):
+            function = self._terms_functions.get("numpy", False)
+            if function is False:
+                function = self._terms_functions["numpy"] = compile_numpy(self._terms_inputs(),
+                                                                          self._terms_graphs())
+        else:
+            function = None
+        if function is None:
+            function = self._terms_functions.get("compiled")
+            if function is None:
+                function = self._terms_functions["compiled"] = compile_function(
+                    self._terms_inputs(), self._terms_graphs(), exclude=SLOW_REWRITES)
+        values = function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
         return RowTerms.from_flat(values, self.n_eta, self.pairs)
+
+    def _terms_inputs(self):
+        return [self.tall.theta, *self.tall.batch_inputs]
+
+    def _terms_graphs(self):
+        """f, ∂f and ∂²f in η as graphs, each as long as the rows."""
+        value = self.loglik_graph(self.eta_rows)
+        terms = RowTerms(self.eta_rows, *self.derivative_graphs(self.eta_rows, value)).flat()
+        # each term as long as the rows: ``second`` (elementwise), not ``broadcast_to``, whose Alloc
+        # folds ``value.shape`` symbolically while the graph is built (10 ms a term, 86 ms of a 0.4 s
+        # warm set-up of the linear zoo model); the rewrites make it an Alloc anyway
+        return [pt.second(value, t) for t in terms]
 
     def row_terms_variables(self) -> RowTerms:
         """Symbolic vectors standing for :meth:`row_terms` at θ* in a graph (one value per row)."""
@@ -638,7 +659,8 @@ def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalReg
     batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
 
     def both(theta):
-        return tall.model_loglik_sum(theta, batch), float(np.sum(view.row_terms(theta, batch).value))
+        terms = view.row_terms(theta, batch, setup=True)
+        return tall.model_loglik_sum(theta, batch), float(np.sum(terms.value))
 
     try:
         model_center, f_center = both(center)

@@ -53,7 +53,7 @@ from pymc_subsample.step_methods.base import (
     warn_poor,
 )
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
-from pymc_subsample.subsample.batch import Subsample
+from pymc_subsample.subsample.batch import Batch, Subsample
 from pymc_subsample.subsample.indices import block_slices
 
 __all__ = ["HMCECS"]
@@ -333,7 +333,7 @@ class HMCECS(InnerHMC, SubsampleStep):
     def _set_exact(self, rows):
         """Compute the rows ``rows`` exactly in every estimate; subsample the others."""
         self.exact_rows = np.asarray(rows, dtype=int)
-        self._exact_batch = self.tall.gather(self.exact_rows)
+        self._exact_batch = Batch(self.tall.gather(self.exact_rows), rows=self.exact_rows)
         self.potential.n_exact = self.exact_rows.size
         self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
 

@@ -25,12 +25,14 @@ class Batch(tuple):
 
     ``token`` names this batch; a batch made from another by replacing the rows at ``changed``
     (a slice) records the other's token as ``parent_token``. Tokens, not references: a chain of
-    references would keep every earlier batch alive.
+    references would keep every earlier batch alive. ``rows``: the data's row indices of the
+    batch's rows, in order, where known (per-row quantities kept for all N rows are read with them).
     """
 
-    def __new__(cls, arrays, *, parent_token=None, changed=None):
+    def __new__(cls, arrays, *, parent_token=None, changed=None, rows=None):
         batch = super().__new__(cls, arrays)
         batch.token, batch.parent_token, batch.changed = next(_tokens), parent_token, changed
+        batch.rows = rows
         return batch
 
 
@@ -44,7 +46,7 @@ class Subsample:
     @classmethod
     def gather(cls, tall, idx) -> Subsample:
         idx = np.asarray(idx, dtype=int)
-        return cls(idx=idx, batch=Batch(tall.gather(idx)))
+        return cls(idx=idx, batch=Batch(tall.gather(idx), rows=idx))
 
     @property
     def size(self) -> int:
@@ -62,12 +64,19 @@ class Subsample:
         for full, part in zip(arrays, rows):
             full[changed] = part
         parent = getattr(self.batch, "token", None)
-        return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=changed))
+        rows = getattr(self.batch, "rows", None)
+        if rows is not None:
+            rows = rows.copy()
+            rows[changed] = new_idx[block]
+        return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=changed,
+                                                              rows=rows))
 
     @classmethod
     def with_exact(cls, tall, exact_batch, idx) -> Subsample:
         """The rows ``idx`` after the rows ``exact_batch`` in one batch; ``idx`` names the former only."""
         idx = np.asarray(idx, dtype=int)
         rows = tall.gather(idx)
-        return cls(idx=idx, batch=Batch(tuple(np.concatenate([e, r]) for e, r in zip(exact_batch, rows,
-                                                                                       strict=True))))
+        exact_rows = getattr(exact_batch, "rows", None)
+        arrays = tuple(np.concatenate([e, r]) for e, r in zip(exact_batch, rows, strict=True))
+        together = None if exact_rows is None else np.concatenate([exact_rows, idx])
+        return cls(idx=idx, batch=Batch(arrays, rows=together))
