@@ -4,6 +4,7 @@ the current PyTensor builds, and what it answers for the forms it must not accep
 import pytensor.tensor as pt
 
 from pymc_subsample.model.op_patterns import (
+    constant_slice,
     is_advanced_indexing,
     is_matrix_transpose,
     is_row_gather,
@@ -35,6 +36,15 @@ def test_basic_subtensor_indices_are_slices_and_scalars():
     assert isinstance(span, slice) and span.start.data == 2 and span.stop.data == 5
     (one,) = subtensor_indices(x[3].owner)
     assert not isinstance(one, slice)
+
+
+def test_a_constant_slice_of_a_vector_gives_its_bounds():
+    n = pt.lscalar("n")
+    assert constant_slice(x[2:5].owner) == (2, 5)
+    assert constant_slice(x[:5].owner) == (0, 5)
+    assert constant_slice(x[3:].owner) == (3, None)
+    for other in (x[2:n], x[::2], x[3], M[1:2], x[g]):
+        assert constant_slice(other.owner) is None, other.owner.op
 
 
 def test_matrix_transpose_of_the_last_two_axes():

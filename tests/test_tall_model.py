@@ -2,8 +2,12 @@
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
 from conftest import logistic_data, logistic_model
+from pytensor.graph.traversal import applys_between
+from pytensor.tensor.basic import Join
+from pytensor.tensor.subtensor import IncSubtensor
 
 from pymc_subsample import TallModel
 
@@ -348,3 +352,24 @@ def test_a_second_tall_model_reads_the_set_up_functions_kind_with_it():
     assert got[2].shape == (first.ndim, first.ndim)
     for a, b in zip(got, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+
+def test_the_gradient_joins_the_free_variables_slices():
+    """θ read only through the free variables' slices: the gradient is one Join of theirs (no
+    IncSubtensor) and equals PyTensor's gradient in θ; a graph reading θ otherwise gets the latter."""
+    with pm.Model() as model:
+        mu, b = pm.Normal("mu"), pm.Normal("b")
+        sigma = pm.HalfNormal("sigma")
+        pm.Normal("y", mu + 2 * b, sigma, observed=np.arange(5.0))
+    tall = TallModel(model)
+    inputs = [tall.theta, *tall.batch_inputs]
+    theta, batch = np.array([0.3, -0.2, 0.1]), tall.row_slice(0, 5)
+    cost = tall.prior_graph + tall.batch_loglik.sum()
+    for graph, joined in ((cost, True), (cost + (tall.theta ** 2).sum(), False)):
+        grad = tall.gradient(graph)
+        ops = {type(node.op) for node in applys_between(inputs, [grad])}
+        assert (Join in ops and IncSubtensor not in ops) == joined, ops
+        reference = pytensor.grad(graph, tall.theta)
+        np.testing.assert_allclose(pytensor.function(inputs, grad)(theta, *batch),
+                                   pytensor.function(inputs, reference)(theta, *batch), rtol=1e-12)

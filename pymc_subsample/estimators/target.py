@@ -27,7 +27,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
@@ -258,7 +257,7 @@ class SubsampledTarget:
             def derive():
                 total, sigma2 = difference_parts(self._differences_graph(at_center), self.n_rows)
                 value = self._prior_and_sum_q() + total - 0.5 * sigma2
-                return [value, pytensor.grad(value, self.tall.theta), sigma2]
+                return [value, self.tall.gradient(value), sigma2]
 
             return [], derive
 
@@ -285,7 +284,7 @@ class SubsampledTarget:
                 d = self._differences_graph(at_center)
                 total, sigma2 = difference_parts(d[exact:], rest)
                 value = self._prior_and_sum_q() + d[:exact].sum() + total - 0.5 * sigma2
-                return [value, pytensor.grad(value, self.tall.theta), sigma2]
+                return [value, self.tall.gradient(value), sigma2]
 
             return [exact, rest], derive
 
@@ -301,7 +300,7 @@ class SubsampledTarget:
         def build(at_center):
             def derive():
                 total, _ = difference_parts(self._differences_graph(at_center), self.n_rows)
-                return pytensor.grad(self._prior_and_sum_q() + total, self.tall.theta)
+                return self.tall.gradient(self._prior_and_sum_q() + total)
 
             return [], derive
 
@@ -341,7 +340,7 @@ class SubsampledTarget:
                 d = self._differences_graph(at_center)
                 d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
                 value = self._prior_and_sum_q() + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
-                return [value, pytensor.grad(value, self.tall.theta), d]
+                return [value, self.tall.gradient(value), d]
 
             return [m, a_, lam_], derive
 

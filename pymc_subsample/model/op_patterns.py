@@ -14,10 +14,13 @@ from pytensor.compile.builders import SymbolicOp
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import applys_between, graph_inputs
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
 from pytensor.tensor.elemwise import DimShuffle
-from pytensor.tensor.subtensor import AdvancedSubtensor, get_idx_list
+from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, get_idx_list
 
 __all__ = [
+    "constant_slice",
     "inline_symbolic_ops",
     "is_advanced_indexing",
     "is_matrix_transpose",
@@ -63,6 +66,23 @@ def row_gather_index(node):
 def subtensor_indices(node):
     """The entries (slices, scalar indices) of a basic ``Subtensor`` node's index."""
     return get_idx_list(node.inputs, node.op.idx_list)
+
+
+def constant_slice(node):
+    """(start, stop) of a node that is ``x[start:stop]`` of a vector x with constant bounds and step 1
+    (a free variable's slice of the flat θ), or None.
+    """
+    if not isinstance(node.op, Subtensor) or node.inputs[0].ndim != 1:
+        return None
+    try:
+        (entry,) = get_idx_list(node.inputs, node.op.idx_list)
+        if not isinstance(entry, slice) or entry.step not in (None, 1):
+            return None
+        start = 0 if entry.start is None else int(get_underlying_scalar_constant_value(entry.start))
+        stop = None if entry.stop is None else int(get_underlying_scalar_constant_value(entry.stop))
+    except (ValueError, TypeError, NotScalarConstantError):  # another signature, or a bound not constant
+        return None
+    return start, stop
 
 
 def is_matrix_transpose(x) -> bool:
