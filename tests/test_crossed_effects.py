@@ -34,7 +34,7 @@ def _hmcecs(step_kwargs, tune, draws):
     return model, step, idata, [str(w.message) for w in record]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_dense_adaptation_from_75_draws_leaves_the_posterior_and_the_run_check_says_so():
     """PyMC's dense adaptation (``mass_matrix="laplace_adapt"``) estimates the 121 × 121 matrix from
     its first window of 75 warm-up draws: the chain then leaves the region where the proxy holds

@@ -62,13 +62,17 @@ def effects_written_in_the_likelihood(n, seed=0, groups=12):
 BUILD = {"hierarchical_logistic": hierarchical_logistic, "linear_known_sigma": linear_known_sigma,
          "gaussian_mean": gaussian_mean,
          "effects_written_in_the_likelihood": effects_written_in_the_likelihood}
-CASES = [("gaussian_mean", 1), ("gaussian_mean", 2),
-         ("logistic", 0), ("logistic", 1), ("logistic", 2), ("bambi_form", 2), ("poisson_offset", 2),
-         ("hierarchical_logistic", 2), ("linear_known_sigma", 2),
+HEAVY = pytest.mark.heavy  # a generic graph of 1-3 min of compilation on a cold cache
+CASES = [("gaussian_mean", 1), pytest.param("gaussian_mean", 2, marks=HEAVY),
+         ("logistic", 0), ("logistic", 1), ("logistic", 2), pytest.param("bambi_form", 2, marks=HEAVY),
+         ("poisson_offset", 2), pytest.param("hierarchical_logistic", 2, marks=HEAVY),
+         pytest.param("linear_known_sigma", 2, marks=HEAVY),
          # several η per row (μ, log σ, log ν, logit p), and two observed variables sharing θ
-         ("linear", 1), ("linear", 2), ("hierarchical_centred", 2), ("student_t", 2),
-         # its generic graph alone takes 1.5 min to compile; its f'' is checked in the Hessian test
-         pytest.param("negative_binomial", 2, marks=pytest.mark.heavy), ("two_observed", 2)]
+         pytest.param("linear", 1, marks=HEAVY), ("linear", 2),
+         pytest.param("hierarchical_centred", 2, marks=HEAVY),
+         pytest.param("student_t", 2, marks=HEAVY),
+         # its f'' is checked in the Hessian test
+         pytest.param("negative_binomial", 2, marks=HEAVY), pytest.param("two_observed", 2, marks=HEAVY)]
 
 
 def _targets(model, order=2):

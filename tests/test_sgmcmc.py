@@ -439,7 +439,7 @@ def test_skin_sgld_cv(skin):
 
 
 @needs_data
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_skin_osgfs(skin):
     """OSGFS with its defaults (|S| = cN/(4−c) = 6,284 rows, thin = 10, start at θ*) within
     0.2 sd of full-data NUTS on Skin Segmentation, as in seed 003's Fig. 1 (issue 11)."""

@@ -42,7 +42,7 @@ def _own_rows(model, theta_point):
     return np.concatenate(terms)
 
 
-@pytest.mark.parametrize("as_data", [True, False])
+@pytest.mark.parametrize("as_data", [pytest.param(True, marks=pytest.mark.heavy), False])
 def test_stacked_rows_equal_each_data_sets_own_rows_and_the_estimator_gradient_differences(as_data):
     model = _two_data_sets(as_data)
     tall = TallModel(model)

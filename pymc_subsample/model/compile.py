@@ -19,6 +19,7 @@ import scipy.special
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph import clone_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import io_toposort
 from pytensor.scalar import Add, Cast, Mul
 from pytensor.scalar.math import Softplus, TriGamma
 from pytensor.tensor.blockwise import Blockwise
@@ -143,7 +144,7 @@ def compile_numpy(inputs, outputs):
     """
     rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace"), clone=True)
     swap = {}
-    for node in pytensor.graph.basic.io_toposort(inputs, rewritten):
+    for node in io_toposort(inputs, rewritten):
         spec = ARRAY_FUNCTIONS.get(type(getattr(node.op, "scalar_op", None)))
         if isinstance(node.op, Elemwise) and spec is not None:
             (out,) = node.outputs
