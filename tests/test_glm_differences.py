@@ -111,7 +111,7 @@ def test_terms_at_the_center_follow_block_updates(kept, monkeypatch):
     if not kept:
         monkeypatch.setattr(target_module, "KEPT_TERMS_MAX_VALUES", 0)
     tall, glm, generic = _targets(build("logistic", 3_000))
-    assert (glm._kept_terms() is not None) == kept
+    assert (glm._kept_terms is not None) == kept
     rng = np.random.default_rng(3)
     sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 200))
     for k in range(4):

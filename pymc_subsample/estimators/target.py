@@ -24,6 +24,7 @@ the rows' terms at θ* are inputs computed once per batch (a subsample change), 
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -70,7 +71,6 @@ class SubsampledTarget:
         self._functions_by_mode = {}
         self._precision = None
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
-        self._all_terms = None  # (θ* as bytes, all N rows' terms at θ*) where kept (:meth:`_kept_terms`)
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
     @property
@@ -156,7 +156,9 @@ class SubsampledTarget:
     def __getstate__(self):
         # a chain's process computes the kept terms again (one pass) rather than receive up to
         # KEPT_TERMS_MAX_VALUES values through a pipe
-        return dict(self.__dict__, _all_terms=None, _batch_terms=None)
+        state = dict(self.__dict__, _batch_terms=None)
+        state.pop("_kept_terms", None)
+        return state
 
     def _center_args(self, batch):
         """θ* itself (generic graph), or the rows' terms at θ* of ``batch`` (η path).
@@ -170,15 +172,13 @@ class SubsampledTarget:
         """
         if self.glm is None:
             return (self.center.astype(self.tall.theta.dtype),)
-        rows = getattr(batch, "rows", None)
-        if rows is not None:
-            kept = self._kept_terms()
-            if kept is not None:
-                return [t[rows] for t in kept]
         last = self._batch_terms
-        if last is not None and last[0] is batch:
+        if last is not None and last[0] is batch:  # every leapfrog step of an iteration
             return last[1]
-        if last is not None and getattr(batch, "parent_token", None) == getattr(last[0], "token", -1):
+        rows = getattr(batch, "rows", None)
+        if rows is not None and self._kept_terms is not None:
+            terms = [t[rows] for t in self._kept_terms]
+        elif last is not None and getattr(batch, "parent_token", None) == getattr(last[0], "token", -1):
             changed = batch.changed
             terms = [t.copy() for t in last[1]]
             fresh = self.glm.row_terms(self.center, tuple(a[changed] for a in batch)).flat()
@@ -189,6 +189,7 @@ class SubsampledTarget:
         self._batch_terms = (batch, terms)
         return terms
 
+    @functools.cached_property
     def _kept_terms(self):
         """The rows' terms at θ* of all N rows (one pass, in chunks through NumPy), or None.
 
@@ -198,9 +199,6 @@ class SubsampledTarget:
         fewer, seconds on a cold cache), and a negative binomial's trigamma, which PyTensor's Numba
         backend runs in object mode (40 µs a row), is never called per iteration.
         """
-        key = self.center.tobytes()
-        if self._all_terms is not None and self._all_terms[0] == key:
-            return self._all_terms[1]
         n_terms = len(self.glm.row_terms_variables().flat())
         if any(leaf.streamed for leaf in self.tall.leaves) or n_terms * self.n_rows > KEPT_TERMS_MAX_VALUES:
             return None
@@ -210,7 +208,6 @@ class SubsampledTarget:
             stop = min(start + chunk, self.n_rows)
             kept[:, start:stop] = self.glm.row_terms(self.center, self.tall.row_slice(start, stop)).flat()
         self.tall.full_passes += 1
-        self._all_terms = (key, kept)
         return kept
 
     def _sum_q(self):

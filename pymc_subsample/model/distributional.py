@@ -311,23 +311,22 @@ class DistributionalRegression:
         (a sampler's per-iteration rows) through one compiled function, whose per-call cost is
         microseconds where NumPy's is a fraction of a millisecond.
         """
-        if setup or (len(batch) and np.shape(batch[0])[:1] and np.shape(batch[0])[0] >= NUMPY_TERMS_MIN_ROWS):
-            function = self._terms_functions.get("numpy", False)
-            if function is False:
-                function = self._terms_functions["numpy"] = compile_numpy(self._terms_inputs(),
-                                                                          self._terms_graphs())
-        else:
-            function = None
+        n = np.shape(batch[0])[0] if batch and np.ndim(batch[0]) else 0
+        function = self._terms_function("numpy") if setup or n >= NUMPY_TERMS_MIN_ROWS else None
         if function is None:
-            function = self._terms_functions.get("compiled")
-            if function is None:
-                function = self._terms_functions["compiled"] = compile_function(
-                    self._terms_inputs(), self._terms_graphs(), exclude=SLOW_REWRITES)
+            function = self._terms_function("compiled")
         values = function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
         return RowTerms.from_flat(values, self.n_eta, self.pairs)
 
-    def _terms_inputs(self):
-        return [self.tall.theta, *self.tall.batch_inputs]
+    def _terms_function(self, kind):
+        """The rows' terms as a function of (θ, batch): ``"numpy"`` (None where some op has no array
+        function) or ``"compiled"``, each built on first use.
+        """
+        if kind not in self._terms_functions:
+            inputs, graphs = [self.tall.theta, *self.tall.batch_inputs], self._terms_graphs()
+            self._terms_functions[kind] = (compile_numpy(inputs, graphs) if kind == "numpy" else
+                                           compile_function(inputs, graphs, exclude=SLOW_REWRITES))
+        return self._terms_functions[kind]
 
     def _terms_graphs(self):
         """f, ∂f and ∂²f in η as graphs, each as long as the rows."""

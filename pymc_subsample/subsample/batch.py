@@ -64,12 +64,12 @@ class Subsample:
         for full, part in zip(arrays, rows):
             full[changed] = part
         parent = getattr(self.batch, "token", None)
-        rows = getattr(self.batch, "rows", None)
-        if rows is not None:
-            rows = rows.copy()
-            rows[changed] = new_idx[block]
+        indices = getattr(self.batch, "rows", None)
+        if indices is not None:
+            indices = indices.copy()
+            indices[changed] = new_idx[block]
         return Subsample(idx=np.asarray(new_idx), batch=Batch(arrays, parent_token=parent, changed=changed,
-                                                              rows=rows))
+                                                              rows=indices))
 
     @classmethod
     def with_exact(cls, tall, exact_batch, idx) -> Subsample:
