@@ -39,6 +39,14 @@ def test_difference_estimator_formulas():
         assert weights[i] == pytest.approx(fd, rel=1e-6)
 
 
+def test_difference_variance_in_one_pass_keeps_its_digits_when_the_mean_dwarfs_the_spread():
+    """σ̂² is taken as Σd² − (Σd)²/m (one pass, one fused kernel): with differences whose mean is 10⁴
+    times their spread, far from a good centre, it still equals the two-pass formula to 1e-6."""
+    d = 1e4 + np.random.default_rng(0).normal(size=1000)
+    _, s2 = difference_estimator(d, n=10**6)
+    assert s2 == pytest.approx(1e12 / 1e6 * np.sum((d - d.mean()) ** 2), rel=1e-6)
+
+
 def test_block_poisson_formula_and_weights():
     rng = np.random.default_rng(0)
     d = rng.normal(size=(3, 4))

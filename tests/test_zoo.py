@@ -7,7 +7,10 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from pytensor.graph.basic import Constant
+from pytensor.raise_op import Assert
 from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.shape import SpecifyShape
 from zoo import ZOO, agreement, agrees, build, hierarchical_noncentred, two_data_sets
 
 import pymc_subsample as pms
@@ -24,6 +27,13 @@ def _full_rows(model, point):
         on_unused_input="ignore",
     )(*[point[v.name] for v in model.value_vars])
     return sum(t.reshape(t.shape[0], -1).sum(axis=1) for t in terms)
+
+
+def _is_length_check(node):
+    """An Assert, or a SpecifyShape of a length known only at run time."""
+    if isinstance(node.op, Assert):
+        return True
+    return isinstance(node.op, SpecifyShape) and not all(isinstance(dim, Constant) for dim in node.inputs[1:])
 
 
 #: models whose generic row graphs take minutes to compile on a cold cache: under ``heavy``
@@ -54,11 +64,17 @@ def test_zoo_rows_gradients_and_no_blockwise(name):
         e[j] = eps
         fd = (target.perturbed(theta + e, batch)[0] - target.perturbed(theta - e, batch)[0]) / (2 * eps)
         assert grad[j] == pytest.approx(fd, rel=1e-4, abs=1e-3 + 1e-7 * abs(value)), (j, grad[j], fd)
-    # every function on a sampling path is Blockwise-free (no Python loop over rows)
+    # every function on a sampling path is Blockwise-free (no Python loop over rows); on the η path no
+    # run-time length check of the batch's inputs (an Assert or SpecifyShape per input, each a Numba
+    # kernel of its own on a cold cache): the kernels check their inputs' lengths themselves
     target.differences(theta, batch)
     for key, fn in target._functions.items():
-        blockwise = [node for node in fn.maker.fgraph.apply_nodes if isinstance(node.op, Blockwise)]
+        nodes = fn.maker.fgraph.apply_nodes
+        blockwise = [node for node in nodes if isinstance(node.op, Blockwise)]
         assert not blockwise, (key, blockwise[:3])
+        if target.glm is not None:
+            checks = [node for node in nodes if _is_length_check(node)]
+            assert not checks, (key, checks)
 
 
 VECTORISED_J = ["logistic", "bambi_form", "linear", "student_t", "two_observed", "deterministic_potential",

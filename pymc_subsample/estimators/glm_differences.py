@@ -25,10 +25,7 @@ still exactly, whose sum :class:`~pymc_subsample.control_variates.taylor.RowFree
 
 from __future__ import annotations
 
-import pytensor.tensor as pt
-
 from pymc_subsample.control_variates.taylor import eta_taylor
-from pymc_subsample.model.distributional import RowTerms
 
 __all__ = ["glm_differences_graph"]
 
@@ -39,10 +36,5 @@ def glm_differences_graph(view, order, at_center):
     symbolic vectors, e.g. ``view.row_terms_variables()``).
     """
     etas = view.eta_rows
-    # the terms have the batch's length: said, so that PyTensor drops its run-time broadcast checks
-    # (an Assert, Eq and ScalarFromTensor per input: three more compiled ops)
-    rows = view.tall.batch_inputs[0].shape[0] if view.tall.batch_inputs else 1
-    at_center = RowTerms.from_flat([pt.specify_shape(t, (rows,)) for t in at_center.flat()], view.n_eta,
-                                   view.pairs)
     u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
     return view.loglik_graph(etas) - eta_taylor(order, at_center, u)

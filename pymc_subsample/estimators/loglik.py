@@ -29,16 +29,24 @@ __all__ = [
 ]
 
 
-def difference_parts(d, n):
+def difference_parts(d, n, m=None):
     """n·d̄ and σ̂² = (n²/m²) Σ_i (d_i − d̄)² (eqs. 4.1-4.3) of a NumPy array *or* PyTensor vector.
 
     Written with operators and methods both backends share, so the sampler's compiled
     graph (:class:`~pymc_subsample.estimators.target.SubsampledTarget`) and the NumPy
     estimators below are one formula.
+
+    ``m``, the length of ``d``, may be given as a graph of the batch's inputs (the rows of one input):
+    ``d.shape[0]`` of a graph is the broadcast length of all its inputs, which PyTensor computes
+    with a run-time check per input, each one more Numba kernel to compile on a first run. The sum
+    of squares is taken in the same pass as the sum, Σ(d − d̄)² = Σd² − (Σd)²/m, so that the
+    estimator's forward computation is one fused kernel, not two: the d_k are differences from the
+    control variates, of the order of their spread, so the cancellation costs a few digits of
+    sixteen.
     """
-    m = d.shape[0]
-    mean = d.mean()
-    return n * mean, (n * n) / (m * m) * ((d - mean) ** 2).sum()
+    m = d.shape[0] if m is None else m
+    total = d.sum()
+    return n * total / m, (n * n) / (m * m) * ((d * d).sum() - total * total / m)
 
 
 def difference_estimator(d, n, sum_q=0.0):

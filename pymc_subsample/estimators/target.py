@@ -146,6 +146,13 @@ class SubsampledTarget:
             self._functions[key] = self.tall.kept_function(shared_key, compiled)
         return self._functions[key]
 
+    def _rows(self):
+        """The batch's number of rows as a graph: every batch input has its rows on the first axis
+        (``TallModel`` turns other models away), so the first input's length is every input's
+        (:func:`~pymc_subsample.estimators.loglik.difference_parts`: why not ``d.shape[0]``).
+        """
+        return self.tall.batch_inputs[0].shape[0] if self.tall.batch_inputs else 1
+
     def _inputs(self, at_center, *extra):
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
 
@@ -252,7 +259,8 @@ class SubsampledTarget:
 
         def build(at_center):
             def derive():
-                total, sigma2 = difference_parts(self._differences_graph(at_center), self.n_rows)
+                d = self._differences_graph(at_center)
+                total, sigma2 = difference_parts(d, self.n_rows, self._rows())
                 value = self._prior_and_sum_q() + total - 0.5 * sigma2
                 return [value, self.tall.gradient(value), sigma2]
 
@@ -279,7 +287,7 @@ class SubsampledTarget:
 
             def derive():
                 d = self._differences_graph(at_center)
-                total, sigma2 = difference_parts(d[exact:], rest)
+                total, sigma2 = difference_parts(d[exact:], rest, self._rows() - exact)
                 value = self._prior_and_sum_q() + d[:exact].sum() + total - 0.5 * sigma2
                 return [value, self.tall.gradient(value), sigma2]
 
@@ -296,7 +304,7 @@ class SubsampledTarget:
 
         def build(at_center):
             def derive():
-                total, _ = difference_parts(self._differences_graph(at_center), self.n_rows)
+                total, _ = difference_parts(self._differences_graph(at_center), self.n_rows, self._rows())
                 return self.tall.gradient(self._prior_and_sum_q() + total)
 
             return [], derive

@@ -532,8 +532,7 @@ def distributional_regression(tall) -> DistributionalRegression:
         if stacked is not None:
             masks.append(stacked.mask)
     constants = [p for _, params, _ in terms for p in params if not isinstance(p, int)]
-    graphs = _rows_of_one_length(tall.batch_graph([g for g, *_ in candidates] + constants + masks +
-                                                  [y for *_, y in terms]), tall.batch_inputs)
+    graphs = tall.batch_graph([g for g, *_ in candidates] + constants + masks + [y for *_, y in terms])
     n_free, n_const, n_masks = len(candidates), len(constants), len(masks)
     rows = graphs[-1].shape  # every observed variable has the rows' length
     raw = [pt.broadcast_to(g, rows) for g in graphs[:n_free]]
@@ -554,21 +553,6 @@ def distributional_regression(tall) -> DistributionalRegression:
     eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
     to_eta = [forward[1] for forward in forwards]
     return DistributionalRegression(tall, terms, eta_rows, links, raw, to_eta, phi)
-
-
-def _rows_of_one_length(graphs, batch_inputs):
-    """``graphs`` with every batch input said to have as many rows as the first.
-
-    Every graph of the view then has one symbolic number of rows: without it, PyTensor checks at
-    run time that each elementwise operation's inputs have equal lengths (an Assert with its
-    comparisons and scalar conversions per pair: 32 of the 84 nodes of the linear zoo model's
-    compiled estimator, each a kernel compiled on a first run).
-    """
-    if len(batch_inputs) < 2:
-        return graphs
-    rows = batch_inputs[0].shape[0]
-    said = {x: pt.specify_shape(x, (rows, *[None] * (x.type.ndim - 1))) for x in batch_inputs[1:]}
-    return graph_replace(graphs, said, strict=False)
 
 
 def _affine_in_row_free(tall, raw, candidates):
