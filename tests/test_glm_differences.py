@@ -63,9 +63,12 @@ BUILD = {"hierarchical_logistic": hierarchical_logistic, "linear_known_sigma": l
          "gaussian_mean": gaussian_mean,
          "effects_written_in_the_likelihood": effects_written_in_the_likelihood}
 HEAVY = pytest.mark.heavy  # a generic graph of 1-3 min of compilation on a cold cache
-CASES = [("gaussian_mean", 1), pytest.param("gaussian_mean", 2, marks=HEAVY),
-         ("logistic", 0), ("logistic", 1), ("logistic", 2), pytest.param("bambi_form", 2, marks=HEAVY),
-         ("poisson_offset", 2), pytest.param("hierarchical_logistic", 2, marks=HEAVY),
+# by default one order-1 and one order-2 GLM and one model of several η per row; the rest under heavy
+CASES = [pytest.param("gaussian_mean", 1, marks=HEAVY), pytest.param("gaussian_mean", 2, marks=HEAVY),
+         pytest.param("logistic", 0, marks=HEAVY), ("logistic", 1), ("logistic", 2),
+         pytest.param("bambi_form", 2, marks=HEAVY),
+         pytest.param("poisson_offset", 2, marks=HEAVY),
+         pytest.param("hierarchical_logistic", 2, marks=HEAVY),
          pytest.param("linear_known_sigma", 2, marks=HEAVY),
          # several η per row (μ, log σ, log ν, logit p), and two observed variables sharing θ
          pytest.param("linear", 1, marks=HEAVY), ("linear", 2),

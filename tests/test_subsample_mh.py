@@ -596,7 +596,7 @@ def test_adapted_thin_reads_the_draws_of_the_last_proposal():
 def test_proposal_covariance_is_compared_every_hundred_warm_up_draws(small_model, monkeypatch):
     """To the end of warm-up, not only at 100, 200 and 400 draws: on a ridge the first
     replacement comes from draws that have not crossed it (Bambi's (1|group), 50 groups: ESS 5
-    of 1000 draws with three comparisons, ≥ 129 with one every 100, tests/test_zoo.py)."""
+    of 1000 draws with three comparisons, ≥ 129 with one every 100, tests/test_zoo_agreement.py)."""
     import pymc_subsample.step_methods.subsample_mh as subsample_mh
 
     seen = []
