@@ -154,7 +154,7 @@ def test_incremental_sums_match_recomputed():
 
 # --------------------------------------------------------------- Bernoulli
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [100, 1000])
+@pytest.mark.parametrize("n", [100, pytest.param(1000, marks=pytest.mark.heavy)])
 def test_bernoulli_error_shrinks_as_epsilon_grows(n):
     model, y = bernoulli()
     N = len(y)
@@ -422,7 +422,7 @@ def _far_off(result):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["linear", "poisson_offset"])
+@pytest.mark.parametrize("name", [pytest.param("linear", marks=pytest.mark.heavy), "poisson_offset"])
 def test_default_iss_agrees_with_full_data_nuts_or_warns(name):
     # issue 11: pms.ISS() with no arguments on ordinary GLMs was 3–9 sds off, silently.
     # Now it must either agree with full-data NUTS (min ESS, MCSE-scaled z, sd within ISS's

@@ -454,7 +454,7 @@ def test_cores_2_gives_the_same_draws_as_cores_1():
 
 
 @needs_data
-@pytest.mark.slow
+@pytest.mark.heavy  # a minute of full-data NUTS on 245,057 rows
 def test_skin_logistic_regression_against_nuts():
     X, y, ref = skin_segmentation()
     model = logistic_model(X, y)

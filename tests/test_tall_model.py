@@ -330,6 +330,7 @@ def test_a_tall_model_unpickled_in_another_process_finds_its_views():
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
 
 
+@pytest.mark.heavy  # the MvNormal rows' generic set-up graphs: a minute of compilation on a cold cache
 def test_a_second_tall_model_reads_the_set_up_functions_kind_with_it():
     """Where the set-up's Hessian-vector products cannot be vectorised (MvNormal rows: PyTensor 3
     writes them with a Blockwise), the one-direction function is compiled; a second TallModel of

@@ -15,8 +15,13 @@ N = 20_000
 
 # every zoo model but the non-centred ones (below); deterministic_potential is checked against its
 # exact posterior in test_zoo.py
-AGREEMENT = ["logistic", "bambi_form", "poisson_offset", "linear", "negative_binomial", "student_t",
-             "two_observed", "hierarchical_centred", "set_data_predictive",
+HEAVY = pytest.mark.heavy
+# under heavy besides those below: student_t (its rows and gradients are in the default run), two
+# observed variables (two data sets of different lengths are, below) and the centred hierarchical
+# model (NUTS's reference for the non-centred one is it, below), about a minute each
+AGREEMENT = ["logistic", "bambi_form", "poisson_offset", "linear", "negative_binomial",
+             pytest.param("student_t", marks=HEAVY), pytest.param("two_observed", marks=HEAVY),
+             pytest.param("hierarchical_centred", marks=HEAVY), "set_data_predictive",
              # no distributional view: the generic graph, 3 min on a cold cache
              pytest.param("mvnormal_lkj", marks=pytest.mark.heavy),
              # the generic graph too: three of its functions (NUTS's, HMCECS's, SubsampleMH's), 4 min
