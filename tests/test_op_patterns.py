@@ -76,6 +76,36 @@ def test_symbolic_ops_are_inlined_with_the_same_values():
     np.testing.assert_allclose(inlined.eval({M: value}), y.eval({M: value}), rtol=1e-12)
 
 
+def test_matrix_vector_products_become_sums_with_the_same_values_and_gradient():
+    """X @ b, w @ X and the products of their gradient become elementwise sums; a product of two
+    matrices (no static width 1) is left as it is."""
+    import numpy as np
+    import pytensor
+    from pytensor.graph.traversal import applys_between
+    from pytensor.tensor.math import Dot
+
+    from pymc_subsample.model.op_patterns import matrix_vector_products_as_sums
+
+    X, b, w, B = pt.dmatrix("X"), pt.dvector("b"), pt.dvector("w"), pt.dmatrix("B")
+    value = (pt.softplus(X @ b) * w).sum() + (w @ X).sum() + (X @ B).sum()
+    outputs = [value, pytensor.grad(value, b)]
+    rewritten = matrix_vector_products_as_sums(outputs)
+
+    def products(graphs):
+        nodes = applys_between([X, b, w, B], graphs)
+        return [n for n in nodes if isinstance(getattr(n.op, "core_op", n.op), Dot)]
+
+    assert len(products(outputs)) >= 3
+    left = products(rewritten)
+    assert left and all(n.inputs[1] is B for n in left), left  # X @ B only
+    rng = np.random.default_rng(0)
+    args = (rng.normal(size=(50, 4)), rng.normal(size=4), rng.normal(size=50), rng.normal(size=(4, 3)))
+    expected = pytensor.function([X, b, w, B], outputs)(*args)
+    got = pytensor.function([X, b, w, B], rewritten)(*args)
+    for e, r in zip(expected, got, strict=True):
+        np.testing.assert_allclose(r, e, rtol=1e-12)
+
+
 def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
     """PyMC 6 writes a mixture's log-likelihood with ``logsumexp``, a symbolic op built for N rows:
     its rows on demand equal the model's terms (an error before it was inlined)."""

@@ -37,6 +37,7 @@ from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_p
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
 from pymc_subsample.model.distributional import NUMPY_TERMS_MIN_ROWS, RowTerms
+from pymc_subsample.model.op_patterns import matrix_vector_products_as_sums
 from pymc_subsample.model.tall import directional_derivative
 
 __all__ = ["KEPT_TERMS_MAX_VALUES", "SubsampledTarget"]
@@ -140,7 +141,12 @@ class SubsampledTarget:
                 at_center = self._center_variables()
                 extra, derive = build(at_center)
                 flat = at_center.flat() if self.glm is not None else [at_center]
-                return compile_function(self._inputs(flat, *extra), derive(), exclude=SLOW_REWRITES)
+                outputs = derive()
+                many = isinstance(outputs, (list, tuple))
+                # X @ β and its gradient's products as fused sums: no Numba kernel of their own
+                outputs = matrix_vector_products_as_sums(outputs if many else [outputs])
+                return compile_function(self._inputs(flat, *extra), outputs if many else outputs[0],
+                                        exclude=SLOW_REWRITES)
 
             shared_key = ("SubsampledTarget", recipe, self.proxy.sum_in_graph)
             self._functions[key] = self.tall.kept_function(shared_key, compiled)
