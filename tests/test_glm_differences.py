@@ -13,6 +13,9 @@ from pymc_subsample.model import distributional
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Batch, Subsample
 
+#: identities of graphs: Numba's rewrites on PyTensor's Python linker (conftest.python_linker)
+pytestmark = pytest.mark.usefixtures("python_linker")
+
 
 def hierarchical_logistic(n, seed=0):
     """Centred a[group]: η = a[g] + b·x is affine in (a, b) (a non-centred a = μ + σz is not)."""

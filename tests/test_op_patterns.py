@@ -2,7 +2,9 @@
 the current PyTensor builds, and what it answers for the forms it must not accept."""
 
 import pytensor.tensor as pt
+import pytest
 
+from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 from pymc_subsample.model.op_patterns import (
     constant_slice,
     is_advanced_indexing,
@@ -73,7 +75,9 @@ def test_symbolic_ops_are_inlined_with_the_same_values():
 
     assert "LogSumExp" in ops(y) and "LogSumExp" not in ops(inlined)
     value = np.random.default_rng(0).normal(size=(5, 3))
-    np.testing.assert_allclose(inlined.eval({M: value}), y.eval({M: value}), rtol=1e-12)
+    # values on PyTensor's Python linker: the graphs are under test (conftest.python_linker)
+    np.testing.assert_allclose(inlined.eval({M: value}, mode=PYTHON_LINKER_ARRAYS),
+                               y.eval({M: value}, mode=PYTHON_LINKER_ARRAYS), rtol=1e-12)
 
 
 def test_matrix_vector_products_become_sums_with_the_same_values_and_gradient():
@@ -100,12 +104,13 @@ def test_matrix_vector_products_become_sums_with_the_same_values_and_gradient():
     assert left and all(n.inputs[1] is B for n in left), left  # X @ B only
     rng = np.random.default_rng(0)
     args = (rng.normal(size=(50, 4)), rng.normal(size=4), rng.normal(size=50), rng.normal(size=(4, 3)))
-    expected = pytensor.function([X, b, w, B], outputs)(*args)
-    got = pytensor.function([X, b, w, B], rewritten)(*args)
+    expected = pytensor.function([X, b, w, B], outputs, mode=PYTHON_LINKER_ARRAYS)(*args)
+    got = pytensor.function([X, b, w, B], rewritten, mode=PYTHON_LINKER_ARRAYS)(*args)
     for e, r in zip(expected, got, strict=True):
         np.testing.assert_allclose(r, e, rtol=1e-12)
 
 
+@pytest.mark.usefixtures("python_linker")
 def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
     """PyMC 6 writes a mixture's log-likelihood with ``logsumexp``, a symbolic op built for N rows:
     its rows on demand equal the model's terms (an error before it was inlined)."""
@@ -123,7 +128,7 @@ def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
     tall = pms.TallModel(model)
     point = model.initial_point()
     point.update(t1=np.array(0.3), t2=np.array(-0.2))
-    expected = model.compile_logp(vars=model.observed_RVs, sum=False)(point)[0]
+    expected = model.compile_logp(vars=model.observed_RVs, sum=False, mode=PYTHON_LINKER_ARRAYS)(point)[0]
     theta = tall.point_to_theta(point)
     idx = np.array([3, 17, 250])
     np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), expected[idx], rtol=1e-12)

@@ -9,6 +9,7 @@ import pymc_subsample as pms
 from pymc_subsample import TallModel
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 
 N1, N2 = 300, 120
 
@@ -38,10 +39,12 @@ def _two_data_sets(as_data):
 def _own_rows(model, theta_point):
     """Each observed variable's per-row log-density from PyMC's own graph, in model order."""
     terms = model.compile_fn(model.logp(vars=model.observed_RVs, sum=False), inputs=model.value_vars,
+                             mode=PYTHON_LINKER_ARRAYS,
                              point_fn=False)(*[theta_point[v.name] for v in model.value_vars])
     return np.concatenate(terms)
 
 
+@pytest.mark.usefixtures("python_linker")
 @pytest.mark.parametrize("as_data", [pytest.param(True, marks=pytest.mark.heavy), False])
 def test_stacked_rows_equal_each_data_sets_own_rows_and_the_estimator_gradient_differences(as_data):
     model = _two_data_sets(as_data)

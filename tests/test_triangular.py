@@ -13,9 +13,16 @@ from pytensor.tensor.slinalg import Cholesky
 from zoo import build
 
 from pymc_subsample import TallModel
+from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 from pymc_subsample.model.triangular import factors_from_triangular_products
 
 ROWS, COLS = np.tril_indices(3)
+
+
+def function(inputs, outputs):
+    """The graph's values, not a backend's: full rewriting on PyTensor's Python linker (no kernel
+    compiled; conftest.python_linker says why)."""
+    return pytensor.function(inputs, outputs, mode=PYTHON_LINKER_ARRAYS)
 
 
 def _choleskys(inputs, output):
@@ -44,11 +51,11 @@ def test_factor_equals_the_cholesky_of_the_product_for_any_diagonal_signs(signs,
     lower[np.diag_indices(3)] = np.abs(np.diag(lower)) * signs
     values = lower[ROWS, COLS]
     expected = np.linalg.cholesky(lower @ lower.T)  # its diagonal is positive
-    got = pytensor.function([packed], replaced)(values)
+    got = function([packed], replaced)(values)
     np.testing.assert_allclose(got.reshape(3, 3), expected, rtol=1e-12, atol=1e-12)
     # the derivatives through it too (what the estimator's graphs take)
-    grad = pytensor.function([packed], pytensor.grad(replaced.sum(), packed))(values)
-    grad_ref = pytensor.function([packed], pytensor.grad(chol.sum(), packed))(values)
+    grad = function([packed], pytensor.grad(replaced.sum(), packed))(values)
+    grad_ref = function([packed], pytensor.grad(chol.sum(), packed))(values)
     np.testing.assert_allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
 
 
@@ -70,6 +77,7 @@ def test_a_matrix_not_known_to_be_lower_triangular_keeps_its_cholesky():
     assert factors_from_triangular_products(upper, [lower]) is upper
 
 
+@pytest.mark.usefixtures("python_linker")
 def test_mvnormal_lkj_rows_factor_nothing_again():
     """The zoo's MvNormal(chol=LKJCholeskyCov): the tall model's row graph holds no Cholesky (the
     rows' values against PyMC's own graph, which factors L Lᵀ: tests/test_zoo.py, to 1e-10)."""
@@ -89,11 +97,11 @@ def test_diagonals_by_indexing_equal_pytensors_and_their_gradients_hold_no_graph
     out = (diagonal**2).sum()
     replaced = diagonals_by_indexing(out, [x])
     values = np.random.default_rng(2).normal(size=shape)
-    np.testing.assert_allclose(pytensor.function([x], replaced)(values),
+    np.testing.assert_allclose(function([x], replaced)(values),
                                (np.diagonal(values, axis1=axes[0], axis2=axes[1]) ** 2).sum(), rtol=1e-14)
     grad = pytensor.grad(replaced, x)
-    np.testing.assert_allclose(pytensor.function([x], grad)(values),
-                               pytensor.function([x], pytensor.grad(out, x))(values), rtol=1e-14)
+    np.testing.assert_allclose(function([x], grad)(values),
+                               function([x], pytensor.grad(out, x))(values), rtol=1e-14)
     # why: ExtractDiag's gradient is AllocDiag, an OpFromGraph run in Python once differentiated again
     assert any(isinstance(v.owner.op, OpFromGraph) for v in ancestors([pytensor.grad(out, x)]) if v.owner)
     assert not any(isinstance(v.owner.op, OpFromGraph) for v in ancestors([grad]) if v.owner)
@@ -143,10 +151,10 @@ def test_small_triangular_solves_written_out_equal_scipys(lower, unit_diagonal, 
     a_arg = a_value[None] if batch else a_value
     expected = scipy.linalg.solve_triangular(a_value, b_value.T if batch else b_value, lower=lower,
                                              unit_diagonal=unit_diagonal)
-    np.testing.assert_allclose(pytensor.function([a, b], replaced)(a_arg, b_value), (expected**2).sum(),
+    np.testing.assert_allclose(function([a, b], replaced)(a_arg, b_value), (expected**2).sum(),
                                rtol=1e-12)
-    grads = pytensor.function([a, b], pytensor.grad(replaced, [a, b]))(a_arg, b_value)
-    grads_ref = pytensor.function([a, b], pytensor.grad(out, [a, b]))(a_arg, b_value)
+    grads = function([a, b], pytensor.grad(replaced, [a, b]))(a_arg, b_value)
+    grads_ref = function([a, b], pytensor.grad(out, [a, b]))(a_arg, b_value)
     for got, ref in zip(grads, grads_ref, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
 

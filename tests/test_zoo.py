@@ -18,6 +18,7 @@ import pymc_subsample as pms
 from pymc_subsample import TallModel
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 
 N = 20_000
 
@@ -25,7 +26,7 @@ N = 20_000
 def _full_rows(model, point):
     terms = model.compile_fn(
         model.logp(vars=model.observed_RVs, sum=False), inputs=model.value_vars, point_fn=False,
-        on_unused_input="ignore",
+        on_unused_input="ignore", mode=PYTHON_LINKER_ARRAYS,
     )(*[point[v.name] for v in model.value_vars])
     return sum(t.reshape(t.shape[0], -1).sum(axis=1) for t in terms)
 
@@ -41,6 +42,7 @@ def _is_length_check(node):
 ROWS_HEAVY = {"zero_inflated_poisson", "mvnormal_lkj", "two_observed", "hierarchical_centred"}
 
 
+@pytest.mark.usefixtures("python_linker")
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.heavy) if name in ROWS_HEAVY else name
                                   for name in ZOO])
 def test_zoo_rows_gradients_and_no_blockwise(name):
