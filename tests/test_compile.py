@@ -134,3 +134,37 @@ def test_the_package_patches_no_pytensor_or_pymc_object_and_uses_no_c_linker_int
         if patches:
             found[str(path.relative_to(PACKAGE))] = patches
     assert not found, found
+
+
+#: counts the reads of PyTensor's ``blas__ldflags`` setting in the process it runs in
+BLAS_FLAG_READS = """
+import pytensor.configparser as configparser
+reads = []
+original = configparser.ConfigParam.__get__
+def counted(self, cls, type_=None, delete_key=False):
+    if self.name == "blas__ldflags":
+        reads.append(1)
+    return original(self, cls, type_, delete_key)
+configparser.ConfigParam.__get__ = counted
+"""
+
+
+def test_the_numpy_functions_rewrite_no_graph_for_a_c_blas():
+    """The rows' terms in NumPy are rewritten without PyTensor's C-only rewrites. Its C BLAS rewrite
+    reads the BLAS link flags, and where pip installed PyTensor without a BLAS that read warned on
+    every first HMCECS set-up ("PyTensor could not link to a BLAS installation"), though nothing of
+    ours runs in C. In a fresh process (PyTensor reads the flags once per process), with a counter
+    on that read: a test instrument in its own process, not the package's."""
+    import subprocess
+    import sys
+
+    code = BLAS_FLAG_READS + """
+import numpy as np
+import pytensor.tensor as pt
+from pymc_subsample.model.compile import compile_numpy
+X, b = pt.dmatrix("X"), pt.dvector("b")
+compile_numpy([X, b], [pt.softplus(X @ b)])(np.ones((3, 2)), np.ones(2))
+print("reads", len(reads))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == ["reads", "0"], out

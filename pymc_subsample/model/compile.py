@@ -142,7 +142,9 @@ def compile_numpy(inputs, outputs):
     rewrites make a softplus of ``log1p(exp(x))`` again, so they must come first. Nothing is compiled:
     for the set-up's passes over the rows, where a compiled kernel's first call costs seconds.
     """
-    rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace"), clone=True)
+    # no C-only rewrites (the C BLAS ones would look for a BLAS library to link, and warn where none is)
+    rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace", "cxx_only"),
+                              clone=True)
     swap = {}
     for node in io_toposort(inputs, rewritten):
         spec = ARRAY_FUNCTIONS.get(type(getattr(node.op, "scalar_op", None)))
