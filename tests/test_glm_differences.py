@@ -13,7 +13,7 @@ from pymc_subsample.model import distributional
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Batch, Subsample
 
-#: identities of graphs: Numba's rewrites on PyTensor's Python linker (conftest.python_linker)
+#: identities of graphs: full rewriting on PyTensor's Python linker (conftest.python_linker)
 pytestmark = pytest.mark.usefixtures("python_linker")
 
 
