@@ -107,6 +107,11 @@ def test_glm_differences_equal_the_generic_graph(name, order):
         signed = [t.signed(theta, batch, 100, -1.0, 4) for t in (glm, generic)]
         for a, b in zip(*signed):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+    # the set-up's passes: the differences at several points from one vectorised call
+    thetas = glm.center + rng.normal(scale=0.3, size=(3, tall.ndim))
+    np.testing.assert_allclose(glm.differences_at_thetas(thetas, batches[1]),
+                               np.stack([generic.differences(theta, batches[1]) for theta in thetas]),
+                               rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("kept", [True, False])

@@ -220,16 +220,17 @@ def eta_taylor(order, at_center, u):
     return truncate(order, at_center.value, slope, curvature)
 
 
-def eta_differences(view, order, theta, batch, at_center):
-    """d_k = f(y_k, η_k(θ)) − q_k(θ) of the rows of ``batch`` in NumPy, q_k the proxy in η
-    (:func:`eta_taylor`) from the rows' terms at θ* ``at_center``
-    (:class:`~pymc_subsample.model.distributional.RowTerms`): the formula of the estimator's graph
-    (:func:`~pymc_subsample.estimators.glm_differences.glm_differences_graph`), evaluated with the
-    rows' terms function of ``view`` at θ, so that no function of its own is compiled for it.
+def eta_differences_at_thetas(view, order, thetas, batch, at_center):
+    """d_k = f(y_k, η_k(θ)) − q_k(θ) of the rows of ``batch`` at each row of ``thetas`` (k, d), shape
+    (k, m), in NumPy: q_k the proxy in η (:func:`eta_taylor`) from the rows' terms at θ* ``at_center``
+    (:class:`~pymc_subsample.model.distributional.RowTerms`), the formula of the estimator's graph
+    (:func:`~pymc_subsample.estimators.glm_differences.glm_differences_graph`); η and f at all k
+    points from one call of the view's
+    :meth:`~pymc_subsample.model.distributional.DistributionalRegression.values_at_thetas`.
     """
-    terms = view.row_terms(theta, batch)
-    u = [eta - eta_center for eta, eta_center in zip(terms.eta, at_center.eta, strict=True)]
-    return np.asarray(terms.value - eta_taylor(order, at_center, u), dtype=float)
+    etas, value = view.values_at_thetas(thetas, batch)
+    u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
+    return np.asarray(value - eta_taylor(order, at_center, u), dtype=float)
 
 
 def truncate(order, at_center, slope, curvature):

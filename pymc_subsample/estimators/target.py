@@ -31,7 +31,11 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.control_variates.taylor import eta_differences, make_proxy, truncate
+from pymc_subsample.control_variates.taylor import (
+    eta_differences_at_thetas,
+    make_proxy,
+    truncate,
+)
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
@@ -245,20 +249,23 @@ class SubsampledTarget:
         return value, grad
 
     # --------------------------------------------------------------- functions
-    def differences(self, theta, batch, *, setup=False):
-        """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,).
-
-        ``setup=True`` (the set-up's pilots and passes): for a distributional regression, in NumPy
-        from the rows' terms function, which set-up compiles anyway (:func:`eta_differences`).
-        """
-        if setup and self.glm is not None:
-            at_center = RowTerms.from_flat(self._center_args(batch), self.glm.n_eta, self.glm.pairs)
-            return eta_differences(self.glm, self.order, theta, batch, at_center)
+    def differences(self, theta, batch):
+        """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
 
         def build(at_center):
             return [], lambda: self._differences_graph(at_center)
 
         return self._compile("differences", build)(*self._args(theta, batch))
+
+    def differences_at_thetas(self, thetas, batch):
+        """d_i(θ) of :meth:`differences` at each row of ``thetas`` (k, d), shape (k, m), for the set-up's
+        pilots and passes: for a distributional regression in NumPy, from one call at all k points
+        (:func:`eta_differences_at_thetas`), which compiles nothing.
+        """
+        if self.glm is not None:
+            at_center = RowTerms.from_flat(self._center_args(batch), self.glm.n_eta, self.glm.pairs)
+            return eta_differences_at_thetas(self.glm, self.order, thetas, batch, at_center)
+        return np.stack([self.differences(theta, batch) for theta in thetas])
 
     def perturbed(self, theta, batch):
         """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7)."""

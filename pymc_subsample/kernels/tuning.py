@@ -36,12 +36,8 @@ def pilot_differences(rng, target, thetas, pilot_size):
     mean_d, var_d : arrays of shape (len(thetas),)
     """
     batch = target.tall.gather(rng.integers(0, target.n_rows, size=pilot_size))
-    means, variances = [], []
-    for theta in thetas:
-        d = target.differences(theta, batch, setup=True)
-        means.append(d.mean())
-        variances.append(d.var(ddof=1))
-    return np.asarray(means), np.asarray(variances)
+    d = target.differences_at_thetas(thetas, batch)
+    return d.mean(axis=1), d.var(axis=1, ddof=1)
 
 
 def pilot_loglik_variances(rng, target, thetas, pilot_size):
@@ -130,9 +126,8 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     with pass_progress(tall, len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
-            # each θ in turn on one chunk: the rows' terms at θ* are made once a chunk
-            squares = np.column_stack([(target.differences(theta, batch, setup=True) - mu) ** 2
-                                       for theta, mu in zip(thetas, means, strict=True)])
+            # every θ on one chunk at once: the chunk is read once, its rows' terms at θ* made once
+            squares = ((target.differences_at_thetas(thetas, batch) - np.asarray(means)[:, None]) ** 2).T
             totals += squares.sum(axis=0)
             kept_rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
             kept_squares = np.concatenate([kept_squares, squares])

@@ -52,7 +52,6 @@ from pymc_subsample.model.compile import (
     compile_numpy,
     compile_python,
     has_blockwise,
-    runs_on_numpy,
 )
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
@@ -184,7 +183,7 @@ class DistributionalRegression:
         # η in NumPy from the parameters' graphs of the link check, compiled with C on first use
         self._raw_graphs, self._raw_to_eta = raw_graphs, raw_to_eta
         # η at k points at once, compiled on first use (the link check ran without C)
-        self._theta_points = self._phi_points = None
+        self._theta_points = self._phi_points = self._value_points = None
         self._layouts = {}  # in θ (False) and in φ (True): PointLayout, on first use
         self._eta_phi = None
         self._terms_functions = {}  # "numpy" (None where some op has no array function), "compiled"
@@ -244,6 +243,20 @@ class DistributionalRegression:
                                                 lambda points: [np.asarray(points, dtype=dtype)])
         raw = self._theta_points(thetas, batch)
         return [forward(v) for forward, v in zip(self._raw_to_eta, raw, strict=True)]
+
+    def values_at_thetas(self, thetas, batch):
+        """(η_j, one (k, m) array per η; f(y_k, η_k) (k, m)) at each row of ``thetas`` (k, d): the
+        rows' values alone, without f's derivatives, from one call vectorised over the points
+        (:class:`PointsFunction`). For the set-up's passes that need ℓ_k at many points: the rows'
+        terms at one point at a time computed ∂f and ∂²f too, and read each chunk once per point.
+        """
+        if self._value_points is None:
+            dtype = self.tall.theta.dtype
+            graphs = [*self.eta_rows, self.loglik_graph(self.eta_rows)]
+            self._value_points = PointsFunction([self.tall.theta], graphs, self.tall.batch_inputs,
+                                                lambda points: [np.asarray(points, dtype=dtype)])
+        *etas, value = self._value_points(thetas, batch)
+        return etas, value
 
     def eta_offset_and_jacobian(self, batch):
         """(η_k(0) (m, p), J_k (m, p, d)) from η at 0 and the d unit vectors, exact because η is
@@ -463,10 +476,11 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times:
     at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way.
 
-    The function runs on PyTensor's Python linker wherever each of its elementwise ops is a NumPy
-    ufunc (:func:`~pymc_subsample.model.compile.runs_on_numpy`; η is mostly products with the data
-    and sums, the link's inverse is applied outside): NumPy's matrix product and ufuncs over the
-    (k, m) arrays take about what compiled code takes, and nothing is compiled. Compiled, the
+    The function runs on PyTensor's Python linker wherever each of its elementwise ops has a NumPy
+    or SciPy array function (:func:`~pymc_subsample.model.compile.compile_numpy`; η is mostly
+    products with the data and sums, and f of the set-up's passes special functions with SciPy's
+    ufuncs): NumPy's matrix product and ufuncs over the (k, m) arrays take about what compiled code
+    takes, and nothing is compiled. Compiled, the
     product of the points with the transposed data was a third of a first run's set-up of the
     linear zoo model (9 of 34 s of Numba compilation, for a strided matrix product's kernel).
     """
@@ -478,8 +492,8 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     plain = graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views}, strict=False)
     try:
         vectorised = vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
-        function = compile_python([*points, *batch_inputs], vectorised, arrays=True)
-        if not has_blockwise(function) and not runs_on_numpy(function):
+        function = compile_numpy([*points, *batch_inputs], vectorised)
+        if function is None:
             function = compile_function([*points, *batch_inputs], vectorised)
     except (NotImplementedError, TypeError, ValueError):
         return None
