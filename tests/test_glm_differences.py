@@ -78,7 +78,9 @@ CASES = [pytest.param("gaussian_mean", 1, marks=HEAVY), pytest.param("gaussian_m
          pytest.param("hierarchical_centred", 2, marks=HEAVY),
          pytest.param("student_t", 2, marks=HEAVY),
          # its f'' is checked in the Hessian test
-         pytest.param("negative_binomial", 2, marks=HEAVY), pytest.param("two_observed", 2, marks=HEAVY)]
+         pytest.param("negative_binomial", 2, marks=HEAVY), pytest.param("two_observed", 2, marks=HEAVY),
+         # a point mass at 0 mixed with a Poisson: η = (logit ψ, log μ)
+         ("zero_inflated_poisson", 2)]
 
 
 def _targets(model, order=2):
@@ -155,6 +157,7 @@ def _wrong_poisson_f(monkeypatch):
 
 
 @pytest.mark.parametrize("name, links", [("logistic", ["logit"]), ("poisson_offset", ["log"]),
+                                         ("zero_inflated_poisson", ["logit", "log"]),
                                          ("linear", ["identity", "log"]),
                                          ("student_t", ["log", "identity", "log"]),
                                          ("negative_binomial", ["log", "logit"]),

@@ -10,6 +10,7 @@ from pymc_subsample.model.op_patterns import (
     is_advanced_indexing,
     is_matrix_transpose,
     is_row_gather,
+    point_mass_mixture,
     row_gather_index,
     subtensor_indices,
 )
@@ -134,3 +135,27 @@ def test_a_normal_mixture_is_subsampled_with_the_models_own_values():
     np.testing.assert_allclose(tall.loglik_rows(theta, tall.gather(idx)), expected[idx], rtol=1e-12)
     total, _ = tall.loglik_sum_value_and_grad(theta, tall.row_slice(0, 400))
     np.testing.assert_allclose(total, expected.sum(), rtol=1e-12)
+
+
+def test_zero_inflated_distributions_are_point_mass_mixtures():
+    """PyMC's zero-inflated distributions are a point mass at 0 weighted 1 − ψ and a component
+    weighted ψ; a mixture of two normals and a hurdle (a truncated component) are not."""
+    import numpy as np
+    import pymc as pm
+    from pytensor.tensor.random.basic import NegBinomialRV, PoissonRV
+
+    with pm.Model():
+        psi = pm.Beta("psi", 2, 2)
+        mu = pm.math.exp(pm.Normal("b", 0, 1))
+        counts = np.arange(5)
+        zip_ = pm.ZeroInflatedPoisson("zip", psi=psi, mu=mu, observed=counts)
+        zinb = pm.ZeroInflatedNegativeBinomial("zinb", psi=psi, mu=mu, alpha=2.0, observed=counts)
+        hurdle = pm.HurdlePoisson("hurdle", psi=psi, mu=mu, observed=counts)
+        normals = pm.NormalMixture("normals", w=np.array([0.5, 0.5]), mu=np.array([0.0, 1.0]), sigma=1.0,
+                                   observed=counts.astype(float))
+    for rv, component in ((zip_, PoissonRV), (zinb, NegBinomialRV)):
+        weight, point, other = point_mass_mixture(rv)
+        assert weight is psi and point == 0.0 and isinstance(other.owner.op, component)
+    assert point_mass_mixture(hurdle) is None
+    assert point_mass_mixture(normals) is None
+    assert point_mass_mixture(psi) is None

@@ -17,9 +17,8 @@ import numpy as np
 import pytensor
 import scipy.special
 from pytensor.compile.mode import Mode, get_mode
-from pytensor.graph import clone_replace
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import io_toposort
 from pytensor.scalar import Add, Cast, Mul
 from pytensor.scalar.math import Softplus, TriGamma
 from pytensor.tensor.blockwise import Blockwise
@@ -149,14 +148,16 @@ def compile_numpy(inputs, outputs):
     # no C-only rewrites (the C BLAS ones would look for a BLAS library to link, and warn where none is)
     rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace", "cxx_only"),
                               clone=True)
-    swap = {}
-    for node in io_toposort(inputs, rewritten):
+    # in the order of the graph, each node rebuilt on its inputs as they are then: a softplus of a
+    # softplus (a zero-inflated likelihood's log-sum-exp of log-weights) gets the array function in both
+    fgraph = FunctionGraph(outputs=rewritten, clone=False)
+    for node in fgraph.toposort():
         spec = ARRAY_FUNCTIONS.get(type(getattr(node.op, "scalar_op", None)))
         if isinstance(node.op, Elemwise) and spec is not None:
             (out,) = node.outputs
-            swap[out] = Elemwise(node.op.scalar_op, nfunc_spec=(spec, 1, 1))(*node.inputs)
-    if swap:
-        rewritten = clone_replace(rewritten, replace=swap)
+            fgraph.replace(out, Elemwise(node.op.scalar_op, nfunc_spec=(spec, 1, 1))(*node.inputs),
+                           import_missing=True)
+    rewritten = list(fgraph.outputs)
     function = pytensor.function(inputs, rewritten, mode=Mode(linker="py", optimizer=None),
                                  on_unused_input="ignore", trust_input=True)
     return function if runs_on_numpy(function) else None

@@ -54,6 +54,7 @@ from pymc_subsample.model.compile import (
     has_blockwise,
 )
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
+from pymc_subsample.model.op_patterns import point_mass_mixture
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
 __all__ = [
@@ -200,14 +201,11 @@ class DistributionalRegression:
         for op, params, observed, own_rows in self._terms:
             links = tuple(self.links[p] if isinstance(p, int) else None for p in params)
             args = [etas[p] if isinstance(p, int) else p for p in params]
-            closed_form = _CLOSED_FORMS.get((type(op), links))
-            if closed_form is not None:
-                # η and y in float64; constants as the model has them (_normal_known_sigma)
-                args = [pt.cast(a, "float64") if isinstance(p, int) else a for p, a in zip(params, args)]
-                term = closed_form(pt.cast(observed, "float64"), *args)
+            if isinstance(op, PointMassMixture):
+                component = _row_logp(op.component, params[1:], args[1:], links[1:], observed)
+                term = op.logp(observed, args[0], links[0], component)
             else:
-                values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args)]
-                term = _without_parameter_checks(pm.logp(op(*values), observed))
+                term = _row_logp(op, params, args, links, observed)
             # stacked data sets: a row holds one observed variable's density, as in the model's rows
             total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
@@ -500,6 +498,20 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     return None if has_blockwise(function) else function
 
 
+def _row_logp(op, params, args, links, observed):
+    """A univariate random variable's log-density at ``observed`` with its parameters ``args`` (η
+    under ``links``, or constants): the closed form of :data:`_CLOSED_FORMS` where there is one,
+    else PyMC's ``logp`` of the op at link⁻¹(η), without its parameter checks.
+    """
+    closed_form = _CLOSED_FORMS.get((type(op), links))
+    if closed_form is not None:
+        # η and y in float64; constants as the model has them (_normal_known_sigma)
+        args = [pt.cast(a, "float64") if isinstance(p, int) else a for p, a in zip(params, args, strict=True)]
+        return closed_form(pt.cast(observed, "float64"), *args)
+    values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args, strict=True)]
+    return _without_parameter_checks(pm.logp(op(*values), observed))
+
+
 def _without_parameter_checks(graph):
     """``graph`` without PyMC's parameter checks (e.g. 0 ≤ p ≤ 1): link⁻¹(η) is in the parameter's
     domain by construction, and the checks cost a quarter of a logistic estimator call.
@@ -520,8 +532,35 @@ def could_be_distributional(model) -> bool:
 
 def _univariate_rows(rv) -> bool:
     op = rv.owner.op
-    return (isinstance(op, RandomVariable) and op.ndim_supp == 0
-            and all(n == 0 for n in op.ndims_params) and rv.type.ndim == 1)
+    univariate = (isinstance(op, RandomVariable) and op.ndim_supp == 0
+                  and all(n == 0 for n in op.ndims_params))
+    return (univariate or point_mass_mixture(rv) is not None) and rv.type.ndim == 1
+
+
+@dataclass(frozen=True)
+class PointMassMixture:
+    """A row's density (1 − w)·1[y = c] + w·p(y | component), as PyMC's zero-inflated distributions
+    write it (:func:`~pymc_subsample.model.op_patterns.point_mass_mixture`): its parameters are w
+    and then the component's.
+    """
+
+    component: object  # the component's RandomVariable op
+    point: float
+
+    def logp(self, observed, weight, weight_link, component_logp):
+        """Log f = log w + log p(y) off the point; at it log((1 − w) + w p(c)), in logs (no −∞:
+        the switch's other branch is finite, so its derivatives are too). log w and log(1 − w) from
+        η itself under the logit link (−softplus(∓η)), which the view finds for PyMC's ψ.
+        """
+        if weight_link == "logit":
+            log_w, log_rest = -pt.softplus(-weight), -pt.softplus(weight)
+        else:
+            w = LINKS[weight_link][2](weight) if weight_link else weight
+            log_w, log_rest = pt.log(w), pt.log1p(-w)
+        inflated = log_w + component_logp
+        high = pt.maximum(inflated, log_rest)
+        at_point = high + pt.log1p(pt.exp(-pt.abs(inflated - log_rest)))
+        return pt.switch(pt.eq(observed, self.point), at_point, inflated)
 
 
 def distributional_regression(tall) -> DistributionalRegression:
@@ -535,14 +574,21 @@ def distributional_regression(tall) -> DistributionalRegression:
             raise ValueError(f"{rv.name!r} is not a univariate distribution over the rows")
         stacked = None if tall.data_sets is None else tall.data_sets[rv.name]
         own = (lambda graph: graph) if stacked is None else stacked.over_stacked_rows
+        mixture = point_mass_mixture(rv)
+        if mixture is None:
+            op, dist_params = rv.owner.op, rv.owner.op.dist_params(rv.owner)
+        else:  # the point's weight is 1 − w: w, then the component's parameters
+            weight, point, component = mixture
+            op = PointMassMixture(component.owner.op, point)
+            dist_params = [weight, *component.owner.op.dist_params(component.owner)]
         params = []
-        for param in rv.owner.op.dist_params(rv.owner):
+        for param in dist_params:
             if free.isdisjoint(ancestors([param])):
                 params.append(own(param))  # data or a constant: kept as it is
             else:
                 params.append(len(candidates))
                 candidates.append(_strip_link(own(model.replace_rvs_by_values([param])[0])))
-        terms.append((rv.owner.op, params, own(model.rvs_to_values[rv])))
+        terms.append((op, params, own(model.rvs_to_values[rv])))
         if stacked is not None:
             masks.append(stacked.mask)
     constants = [p for _, params, _ in terms for p in params if not isinstance(p, int)]

@@ -14,11 +14,12 @@ from pytensor.compile.builders import SymbolicOp
 from pytensor.compile.rewriting import inline_ofg_node
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import applys_between, graph_inputs
-from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.basic import MakeVector, get_underlying_scalar_constant_value
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Dot
+from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, get_idx_list
 
 __all__ = [
@@ -28,8 +29,52 @@ __all__ = [
     "is_matrix_transpose",
     "is_row_gather",
     "matrix_vector_products_as_sums",
+    "point_mass_mixture",
     "subtensor_indices",
 ]
+
+
+def point_mass_mixture(rv):
+    """(the other component's weight w, the point c, the other component) where ``rv`` is PyMC's
+    two-component mixture of a point mass at a constant c and a univariate random variable
+    (``ZeroInflatedPoisson``, ``ZeroInflatedNegativeBinomial``, ``ZeroInflatedBinomial``), the point
+    mass weighted 1 − w; else None. w is the weights' input itself where they are written as a
+    vector of two (PyMC writes ψ's weights as ``[1 − ψ, ψ]``), else ``weights[..., k]``.
+    """
+    try:
+        from pymc.distributions.distribution import DiracDeltaRV
+        from pymc.distributions.mixture import MixtureRV
+    except ImportError:  # another PyMC: not recognised
+        return None
+    node = getattr(rv, "owner", None)
+    if node is None or not isinstance(node.op, MixtureRV):
+        return None
+    try:
+        weights, *components = node.op.dist_params(node)
+    except (ValueError, TypeError):  # another signature
+        return None
+    if len(components) != 2:
+        return None
+    kinds = [getattr(c.owner, "op", None) for c in components]
+    points = [k for k, op in enumerate(kinds) if isinstance(op, DiracDeltaRV)]
+    if len(points) != 1:
+        return None
+    other = 1 - points[0]
+    component = components[other]
+    op = kinds[other]
+    if not (isinstance(op, RandomVariable) and op.ndim_supp == 0 and all(n == 0 for n in op.ndims_params)):
+        return None
+    try:
+        (point,) = kinds[points[0]].dist_params(components[points[0]].owner)
+        point = float(get_underlying_scalar_constant_value(point))
+    except (ValueError, TypeError, NotScalarConstantError):  # a point that is not a constant
+        return None
+    owner = weights.owner
+    if owner is not None and isinstance(owner.op, MakeVector) and len(owner.inputs) == 2:
+        weight = owner.inputs[other]
+    else:
+        weight = weights[..., other]
+    return weight, point, component
 
 
 def _index_entries(node):
