@@ -46,7 +46,8 @@ def test_a_numpy_function_computes_softplus_and_trigamma_over_whole_arrays():
     function of ours gives None (the caller compiles)."""
     x = pt.vector("x")
     # a softplus of a softplus too (a zero-inflated likelihood's log-sum-exp of its log-weights)
-    outputs = [pt.softplus(x) * 2.0, pt.tri_gamma(pt.exp(x)), pt.sigmoid(x), pt.softplus(1.0 - pt.softplus(x))]
+    outputs = [pt.softplus(x) * 2.0, pt.tri_gamma(pt.exp(x)), pt.sigmoid(x),
+               pt.softplus(1.0 - pt.softplus(x))]
     values = np.linspace(-30, 30, 11)
     on_numpy = compile_numpy([x], outputs)
     assert on_numpy is not None and runs_on_numpy(on_numpy)
