@@ -10,6 +10,7 @@ from pymc_subsample.model.op_patterns import (
     is_advanced_indexing,
     is_matrix_transpose,
     is_row_gather,
+    is_univariate_random_variable,
     point_mass_mixture,
     row_gather_index,
     subtensor_indices,
@@ -156,6 +157,8 @@ def test_zero_inflated_distributions_are_point_mass_mixtures():
     for rv, component in ((zip_, PoissonRV), (zinb, NegBinomialRV)):
         weight, point, other = point_mass_mixture(rv)
         assert weight is psi and point == 0.0 and isinstance(other.owner.op, component)
+    assert is_univariate_random_variable(zip_.owner.inputs[-1].owner.op)  # the Poisson component
+    assert not is_univariate_random_variable(zip_.owner.op)  # the mixture itself
     assert point_mass_mixture(hurdle) is None
     assert point_mass_mixture(normals) is None
     assert point_mass_mixture(psi) is None

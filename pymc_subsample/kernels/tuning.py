@@ -121,13 +121,14 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     tall, n = target.tall, target.n_rows
     totals = np.zeros(len(thetas))
     kept_rows, kept_squares = np.zeros(0, dtype=int), np.zeros((0, len(thetas)))
+    means = np.asarray(means)[:, None]
     starts = range(0, n, chunk_size)
     tall.full_passes += 1
     with pass_progress(tall, len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
             # every θ on one chunk at once: the chunk is read once, its rows' terms at θ* made once
-            squares = ((target.differences_at_thetas(thetas, batch) - np.asarray(means)[:, None]) ** 2).T
+            squares = ((target.differences_at_thetas(thetas, batch) - means) ** 2).T
             totals += squares.sum(axis=0)
             kept_rows = np.concatenate([kept_rows, start + np.arange(squares.shape[0])])
             kept_squares = np.concatenate([kept_squares, squares])

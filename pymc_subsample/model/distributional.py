@@ -44,7 +44,6 @@ from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_i
 from pytensor.scalar import Exp, Sigmoid
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
-from pytensor.tensor.random.op import RandomVariable
 
 from pymc_subsample.model.compile import (
     SLOW_REWRITES,
@@ -54,7 +53,7 @@ from pymc_subsample.model.compile import (
     has_blockwise,
 )
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
-from pymc_subsample.model.op_patterns import point_mass_mixture
+from pymc_subsample.model.op_patterns import is_univariate_random_variable, point_mass_mixture
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
 __all__ = [
@@ -236,9 +235,7 @@ class DistributionalRegression:
     def eta_components_at_thetas(self, thetas, batch) -> list:
         """η_j at each row of ``thetas`` (k, d): one (k, m) array per η, from one vectorised call."""
         if self._theta_points is None:
-            dtype = self.tall.theta.dtype
-            self._theta_points = PointsFunction([self.tall.theta], self._raw_graphs, self.tall.batch_inputs,
-                                                lambda points: [np.asarray(points, dtype=dtype)])
+            self._theta_points = self._points_in_theta(self._raw_graphs)
         raw = self._theta_points(thetas, batch)
         return [forward(v) for forward, v in zip(self._raw_to_eta, raw, strict=True)]
 
@@ -249,12 +246,15 @@ class DistributionalRegression:
         terms at one point at a time computed ∂f and ∂²f too, and read each chunk once per point.
         """
         if self._value_points is None:
-            dtype = self.tall.theta.dtype
-            graphs = [*self.eta_rows, self.loglik_graph(self.eta_rows)]
-            self._value_points = PointsFunction([self.tall.theta], graphs, self.tall.batch_inputs,
-                                                lambda points: [np.asarray(points, dtype=dtype)])
+            self._value_points = self._points_in_theta([*self.eta_rows, self.loglik_graph(self.eta_rows)])
         *etas, value = self._value_points(thetas, batch)
         return etas, value
+
+    def _points_in_theta(self, graphs):
+        """:class:`PointsFunction` of per-row ``graphs`` of (θ, batch) at k points θ."""
+        dtype = self.tall.theta.dtype
+        return PointsFunction([self.tall.theta], graphs, self.tall.batch_inputs,
+                              lambda points: [np.asarray(points, dtype=dtype)])
 
     def eta_offset_and_jacobian(self, batch):
         """(η_k(0) (m, p), J_k (m, p, d)) from η at 0 and the d unit vectors, exact because η is
@@ -531,10 +531,8 @@ def could_be_distributional(model) -> bool:
 
 
 def _univariate_rows(rv) -> bool:
-    op = rv.owner.op
-    univariate = (isinstance(op, RandomVariable) and op.ndim_supp == 0
-                  and all(n == 0 for n in op.ndims_params))
-    return (univariate or point_mass_mixture(rv) is not None) and rv.type.ndim == 1
+    univariate = is_univariate_random_variable(rv.owner.op) or point_mass_mixture(rv) is not None
+    return univariate and rv.type.ndim == 1
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,16 @@ __all__ = [
     "is_advanced_indexing",
     "is_matrix_transpose",
     "is_row_gather",
+    "is_univariate_random_variable",
     "matrix_vector_products_as_sums",
     "point_mass_mixture",
     "subtensor_indices",
 ]
+
+
+def is_univariate_random_variable(op) -> bool:
+    """Whether ``op`` is a ``RandomVariable`` of scalar support with scalar parameters."""
+    return isinstance(op, RandomVariable) and op.ndim_supp == 0 and all(n == 0 for n in op.ndims_params)
 
 
 def point_mass_mixture(rv):
@@ -62,7 +68,7 @@ def point_mass_mixture(rv):
     other = 1 - points[0]
     component = components[other]
     op = kinds[other]
-    if not (isinstance(op, RandomVariable) and op.ndim_supp == 0 and all(n == 0 for n in op.ndims_params)):
+    if not is_univariate_random_variable(op):
         return None
     try:
         (point,) = kinds[points[0]].dist_params(components[points[0]].owner)
