@@ -182,13 +182,15 @@ def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
     # its posterior in θ is curved (τz): the mass matrix adapts from the Laplace start, and PyMC's
     # "experimental" warning for its dense adaptation does not reach the user, who did not ask for it
     assert step.mass_matrix == "laplace_adapt"
+    # and its step size aims at 0.9 (CURVED_TARGET_ACCEPT), a GLM's at PyMC's 0.8 (below)
+    assert step.inner.target_accept == 0.9
     assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
     assert not [w for w in record if "QuadPotentialFullAdapt" in str(w.message)]
     # on a GLM the default stays at 1000 rows (σ̂² ≪ 1 there), silently, with the fixed Laplace metric
     with build("logistic", N), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         step = pms.HMCECS(rng=0)
-    assert step.subsample_size == 1000 and step.mass_matrix == "laplace"
+    assert step.subsample_size == 1000 and step.mass_matrix == "laplace" and step.inner.target_accept == 0.8
     assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
 
 

@@ -79,8 +79,11 @@ def test_both_samplers_agree_with_nuts_on_the_noncentred_hierarchical_model():
     names = ["mu_a", "tau_a", "a", "b"]
     ess_ref = az.ess(ref, var_names=names)
     assert min(float(ess_ref[v].min()) for v in names) >= 100  # the reference's MCSE enters every z
-    # 2000 draws: in 1000, μ_a's ESS was 52 in one run and above 100 in another of the same seed (the
-    # chain's path moves with the last bits of BLAS's threaded arithmetic)
+    # 2000 draws: in 1000, μ_a's ESS was 52 in one run and above 100 in another of the same seed. The
+    # same seed's path differs between a cold and a warm PyTensor cache: the prior's Numba function
+    # compiled afresh and loaded from the cache differ in the last bit (PyMC's default NUTS's draws
+    # too), so this test must pass on any path, not on one seed's (HMCECS's target_accept of 0.9 on
+    # this curved posterior: with 0.8, one chain in 29 stayed 500 draws in a tail, μ_a's ESS 4)
     _both_agree_with(model, ref, names, {pms.HMCECS: dict(draws=2000, tune=500),
                                          pms.SubsampleMH: dict(draws=800, tune=800)})
 

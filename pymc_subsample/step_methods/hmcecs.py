@@ -98,6 +98,13 @@ MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
 #: −59,700 to −4·10⁶, σ̂² from 0.2 to 10⁸), whether or not rows were computed exactly; with the
 #: Laplace matrix fixed, or a first window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
 DENSE_ADAPT_MAX_DIM = 75
+#: the inner sampler's dual-averaging target by default: PyMC's 0.8, and 0.9 on a curved posterior
+#: (rows affine in a non-linear φ(θ), a non-centred μ + τ z[g]), whose metric, adapted where the
+#: posterior's mass is, is too wide in its tails. On the non-centred hierarchical logistic
+#: regression of the zoo (N = 20,000, 20 groups, 12 seeds × 2000 draws) 0.9 gave 0-5 divergent
+#: draws where 0.8 gave 2-28 (one chain in 29 stuck for 500 draws in a tail, μ_a's ESS 4), 1.3× the
+#: leapfrog steps per draw and 1.5× the ESS of μ_a and τ_a: more ESS per gradient
+TARGET_ACCEPT, CURVED_TARGET_ACCEPT = 0.8, 0.9
 
 
 def _auto_too_large_message(m, n, order, exact=0):
@@ -150,8 +157,10 @@ class HMCECS(InnerHMC, SubsampleStep):
     inner : {"nuts", "hmc"}
         PyMC's NUTS, or HMC with a fixed ``trajectory_length`` (default 1.2 on the
         Laplace-whitened scale, §6.3) and jittered step size.
-    target_accept : float
-        Dual-averaging target of the inner sampler.
+    target_accept : float or None
+        Dual-averaging target of the inner sampler. None (default): 0.8, or 0.9 where the
+        posterior in θ is curved (rows affine in a non-linear row-free φ(θ), as for ``"auto"``
+        below), whose tails the adapted metric's step size overshoots (``CURVED_TARGET_ACCEPT``).
     mass_matrix : {"auto", "laplace", "laplace_adapt", "adapt"}
         ``"laplace"``: the precision −(∇²log p(θ*) + Σ_k H_k(θ*)) at the centre, fixed;
         ``"laplace_adapt"``: PyMC's dense adaptation during tuning, started from the Laplace
@@ -198,7 +207,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         center=None,
         inner="nuts",
         trajectory_length=None,
-        target_accept=0.8,
+        target_accept=None,
         mass_matrix="auto",
         model=None,
         target_variance=1.0,
@@ -227,9 +236,11 @@ class HMCECS(InnerHMC, SubsampleStep):
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.started = False
         self._configure_subsampling(subsample_size, num_blocks, precision)
+        view = self.target.glm
+        curved = view is not None and view.phi is not None
+        if target_accept is None:
+            target_accept = CURVED_TARGET_ACCEPT if curved else TARGET_ACCEPT
         if mass_matrix == "auto":
-            view = self.target.glm
-            curved = view is not None and view.phi is not None
             mass_matrix = "laplace" if not curved else "laplace_adapt"
             if curved and self.tall.ndim >= DENSE_ADAPT_MAX_DIM and "potential" not in kwargs:
                 # PyMC's dense adaptation with a first window of 2d draws, which estimate a d × d matrix
