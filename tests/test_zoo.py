@@ -130,6 +130,17 @@ def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point
                                rtol=1e-10, atol=1e-10)
 
 
+def test_group_effects_set_up_takes_gradients_from_eta_jacobian_without_a_reverse_pass():
+    # d = 24, but η = a[g] + b·x reads a through one group block: its Jacobian takes 3 points
+    # besides 0, so the centre's gradient passes need no reverse pass through η (a Numba kernel of
+    # 4-5 s on a cold cache); the values are checked against that pass above
+    with build("hierarchical_centred", N):
+        step = pms.HMCECS(rng=0, progressbar=False)
+    view = step.target.glm
+    assert step.tall.ndim == 24 and len(view._layout().points) == 4
+    assert view._vjp_function is None
+
+
 @pytest.mark.parametrize("step_class", [pms.HMCECS, pms.SubsampleMH])
 def test_potential_is_honoured_and_deterministic_recorded(step_class):
     model = build("deterministic_potential", N)

@@ -78,10 +78,12 @@ LINKS = {
 #: a parameter the graph writes as exp(x) or sigmoid(x) has η = x exactly (no round trip)
 _WRITTEN_THROUGH = {Exp: "log", Sigmoid: "logit"}
 _CHECK_ROWS = 8
-#: up to this many parameters the set-up's gradient passes take Σ_k J_kᵀ∇f_k with J from the
-#: vectorised η, which the Hessian pass needs anyway, instead of compiling a reverse pass of their own
-#: (`eta_vjp`: 0.74 s of a first run's 7.3 s on the d = 2 zoo model); above, the reverse pass,
-#: O(m d) per chunk against J's O(m d²)
+#: up to this many points besides 0 (unit vectors of the coordinates η reads densely, one indicator
+#: per group block: :class:`~pymc_subsample.model.one_hot.PointLayout`) the set-up's gradient passes
+#: take Σ_k J_kᵀ∇f_k with J from the vectorised η, which the Hessian pass needs anyway, instead of a
+#: reverse pass of their own (`eta_vjp`: 0.74 s of a first run's 7.3 s on the d = 2 zoo model; on the
+#: centred hierarchical model, d = 24 but 3 points, a Numba kernel of 4-5 s on a cold cache); above,
+#: the reverse pass, O(m d) per chunk against J's O(m k)
 JACOBIAN_GRADIENT_MAX_D = 8
 #: a batch of at least this many rows (the set-up's chunks and its 2,000-row pilots) has its rows'
 #: terms computed in NumPy (:meth:`DistributionalRegression.row_terms`): no kernel to compile, for a
@@ -362,14 +364,15 @@ class DistributionalRegression:
         call of the elementwise function and η at 0 and the d unit vectors (one vectorised call; one
         indicator per group block), whose differences are η's exact Jacobian J: Σ_k J_kᵀ∇f_k and
         Σ_k J_kᵀ F''_k J_k (:func:`~pymc_subsample.model.one_hot.jacobian_products`). The gradient
-        alone, for more than :data:`JACOBIAN_GRADIENT_MAX_D` parameters, by one reverse pass through η
-        instead (:meth:`eta_vjp`, O(m d) against J's O(m d²)). Where η is affine in φ(θ), the gradient is
-        Dφᵀ A with A from η at the r + 1 points in φ (:meth:`phi_sums`), and the Hessian by the chain
-        rule: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. Such a model's gradient in θ once came from :meth:`eta_vjp`
-        (a full pass of the non-centred zoo model at 10⁶ rows: 31 ms against ~80 ms from the
-        points), while its default centre made ~15 full gradient passes; its centre is now found
-        in φ (:func:`~pymc_subsample.control_variates.center.find_center`), only the subset MAP
-        asks for gradients in θ, and a first run compiles no reverse pass through η (a compiled kernel).
+        alone, where J takes more than :data:`JACOBIAN_GRADIENT_MAX_D` points besides 0, by one
+        reverse pass through η instead (:meth:`eta_vjp`, O(m d) against J's O(m k) for k points).
+        Where η is affine in φ(θ), the gradient is Dφᵀ A with A from η at the r + 1 points in φ
+        (:meth:`phi_sums`), and the Hessian by the chain rule: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. Such a
+        model's gradient in θ once came from :meth:`eta_vjp` (a full pass of the non-centred zoo model
+        at 10⁶ rows: 31 ms against ~80 ms from the points), while its default centre made ~15 full
+        gradient passes; its centre is now found in φ
+        (:func:`~pymc_subsample.control_variates.center.find_center`), only the subset MAP asks for
+        gradients in θ, and a first run compiles no reverse pass through η (a compiled kernel).
         """
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
@@ -380,9 +383,9 @@ class DistributionalRegression:
             return total, self.phi.vjp(theta, a)
         terms = self.row_terms(theta, batch)
         total = float(np.sum(terms.value))
-        if not hessian and self.tall.ndim > JACOBIAN_GRADIENT_MAX_D:
-            return total, self.eta_vjp(terms.first, batch, theta)
         layout = self._layout()
+        if not hessian and len(layout.points) - 1 > JACOBIAN_GRADIENT_MAX_D:
+            return total, self.eta_vjp(terms.first, batch, theta)
         points = self.eta_components_at_thetas(layout.points, batch)
         grad, hess = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (total, grad, hess) if hessian else (total, grad)
@@ -413,9 +416,14 @@ class DistributionalRegression:
             covectors = [pt.vector(f"cotangent_{j}", dtype="float64") for j in range(self.n_eta)]
             inner = sum(pt.sum(c * eta) for c, eta in zip(covectors, self.eta_rows, strict=True))
             inputs = [tall.theta, *covectors, *tall.batch_inputs]
-            self._vjp_function = compile_function(inputs, pytensor.grad(inner, tall.theta))
+            grad = pytensor.grad(inner, tall.theta)
+            # in NumPy where it can be (the centre's passes call it on chunks of rows): compiled, it
+            # is a Numba function of its own, 4-5 s of a cold first run on the centred hierarchical
+            # model (its a[g] read back as a scatter-add)
+            self._vjp_function = compile_numpy(inputs, [grad]) or compile_function(inputs, [grad])
         theta = np.asarray(theta, dtype=self.tall.theta.dtype)
-        return np.asarray(self._vjp_function(theta, *cotangents, *batch), dtype=float)
+        cotangents = [np.asarray(c, dtype="float64") for c in cotangents]
+        return np.asarray(self._vjp_function(theta, *cotangents, *batch)[0], dtype=float)
 
 
 def _affine_offset_and_jacobian(evaluate_points, d):
