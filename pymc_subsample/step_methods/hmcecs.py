@@ -42,7 +42,6 @@ from pymc_subsample.kernels.tuning import (
     difference_deviations,
     laplace_draws,
     pilot_differences,
-    pilot_loglik_variances,
 )
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.step_methods.base import (
@@ -284,7 +283,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             if self.estimator == "signed":
                 mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
             else:
-                var_d = pilot_loglik_variances(setup_rng, self.target, thetas, min(n, 2000))
+                _, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
         # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
@@ -376,7 +375,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         """
         recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:])
         rng = np.random.default_rng(len(self.warmup_thetas))
-        var_d = pilot_loglik_variances(rng, self.target, recent, min(self.tall.n_rows, 2000))
+        _, var_d = pilot_differences(rng, self.target, recent, min(self.tall.n_rows, 2000))
         m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
         exact, m = self._choose_exact_and_size(recent, m, keep=self.exact_rows)
         if m != self.subsample_size or not np.array_equal(exact, self.exact_rows):
