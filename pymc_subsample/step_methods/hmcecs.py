@@ -280,10 +280,8 @@ class HMCECS(InnerHMC, SubsampleStep):
             # a fixed seed: the same model and settings give the same m and λ in every run
             setup_rng = np.random.default_rng(0)
             thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
-            if self.estimator == "signed":
-                mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
-            else:
-                _, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
+            # mean_d: the signed estimator's a; var_d: m (both estimators) and λ
+            mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
         # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
