@@ -237,6 +237,30 @@ def test_subsample_size_auto_targets_variance(small_logistic):
     assert 0.3 < np.quantile(variances, 0.9) < 3.0
 
 
+@pytest.mark.parametrize("tune", [0, 20, 60])
+def test_rows_computed_exactly_are_chosen_over_all_rows_before_a_draw_is_kept(small_logistic, tune,
+                                                                              monkeypatch):
+    """Where the pilot asks for the floor m, the set-up leaves the pass over all N rows that picks the
+    rows computed exactly to each chain: its warm-up's re-tuning (draw 50), or the end of a shorter
+    warm-up (none, or 20 draws). Exactly one pass per chain either way."""
+    import pymc_subsample.step_methods.hmcecs as hmcecs
+
+    passes = []
+    counted = hmcecs.difference_deviations
+
+    def counting(*args, **kwargs):
+        passes.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(hmcecs, "difference_deviations", counting)
+    with small_logistic:
+        step = pms.HMCECS(rng=0)
+        assert (step.subsample_size, step.exact_rows.size, len(passes)) == (1000, 0, 0)
+        pm.sample(step=step, draws=2, tune=tune, chains=1, random_seed=1, progressbar=False,
+                  compute_convergence_checks=False)
+    assert len(passes) == 1
+
+
 def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logistic, monkeypatch):
     # issue 11, audit item 5: the stat is σ̂² at θ^(j-1) with the subsample kept by the u-update,
     # the proposed one when accepted and the old one when rejected, never a previous θ's value

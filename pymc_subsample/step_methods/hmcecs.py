@@ -138,7 +138,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). With "auto" and the
         default, rows whose proxy error dominates σ̂² at those draws (the rows of small groups)
         are computed exactly in every estimate when that takes fewer rows per estimate than a
-        larger m (``self.exact_rows``; m then subsamples the other rows, eqs. 4.1-4.3 on them).
+        larger m (``self.exact_rows``; m then subsamples the other rows, eqs. 4.1-4.3 on them);
+        these rows are found by a pass over all N rows, made at set-up where the pilot asks for more
+        than the floor, and by each chain's warm-up (or at its end, after fewer than 50 draws).
         Signed: min(N, 1000). A
         warning says when the final choice (at the end of warm-up) is m ≥ N/4, where full-data NUTS
         is faster. For
@@ -286,14 +288,23 @@ class HMCECS(InnerHMC, SubsampleStep):
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
         exact = np.zeros(0, dtype=int)
+        # the rows computed exactly are chosen by a pass over all N rows (_choose_exact_and_size)
+        self._rows_scored = subsample_size != "auto" or self.estimator != "perturbed"
         if subsample_size == "auto" and self.estimator == "perturbed":
             # at θ* and the Laplace draws around it, where the chain will be after warm-up
-            m_uniform = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-            exact, subsample_size = self._choose_exact_and_size(np.vstack([self.proxy.center, thetas]),
-                                                                m_uniform)
+            self._setup_points = np.vstack([self.proxy.center, thetas])
+            subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
+            if subsample_size > minimum:
+                exact, subsample_size = self._choose_exact_and_size(self._setup_points, subsample_size)
+                self._rows_scored = True
+            # else the pilot's m is the floor, which exact rows cannot lower: the pass would only
+            # find rows of large error that the pilot's 2,000 missed. The chain's re-tuning
+            # (SIZE_RETUNE_AT, or stop_tuning after a shorter warm-up) makes that pass at its own
+            # draws before any draw is kept; here it was 2-4 of the set-up's 14-27 full-gradient
+            # passes at 10⁶ rows (Poisson, negative binomial, zero-inflated Poisson).
         elif subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-        self._setup_exact = exact
+        self._setup_exact, self._setup_scored = exact, self._rows_scored
         self._requested_blocks = num_blocks
         self._setup_size = int(subsample_size)
         self._set_size(self._setup_size)
@@ -371,11 +382,12 @@ class HMCECS(InnerHMC, SubsampleStep):
         chain targets the perturbed posterior of that m. The warning that m is so large that
         full-data NUTS is faster comes from the last choice (or at the end of a shorter warm-up).
         """
-        recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:])
+        recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:]) if self.warmup_thetas else self._setup_points
         rng = np.random.default_rng(len(self.warmup_thetas))
         _, var_d = pilot_differences(rng, self.target, recent, min(self.tall.n_rows, 2000))
         m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
         exact, m = self._choose_exact_and_size(recent, m, keep=self.exact_rows)
+        self._rows_scored = True
         if m != self.subsample_size or not np.array_equal(exact, self.exact_rows):
             self._set_exact(exact)
             self._set_size(m)
@@ -508,10 +520,15 @@ class HMCECS(InnerHMC, SubsampleStep):
         if self._auto_minimum is not None:  # each chain chooses m (and E) again from the set-up's choice
             self._set_size(self._setup_size)
             self._set_exact(self._setup_exact)
+            self._rows_scored = self._setup_scored
         if self.estimator == "signed":  # and re-tunes λ and a from the set-up's (_retune_signed)
             self._use_block_poisson(*self._setup_block_poisson)
 
     def stop_tuning(self):
+        if self._auto_minimum is not None and not self._rows_scored:
+            # a warm-up shorter than SIZE_RETUNE_AT[0] (or none): the pass over all rows that the
+            # set-up left to the chain, at its last draws or at the set-up's points
+            self._retune_size()
         super().stop_tuning()
         self._warn_if_size_too_large()  # a warm-up shorter than SIZE_RETUNE_AT[-1]
 
