@@ -21,6 +21,7 @@ from _synthetic import logistic_data, logistic_model
 from pymc.blocking import DictToArrayBijection
 
 import pymc_subsample as pms
+from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -188,18 +189,16 @@ def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
               f"{1e3 * floor:.3f} ({leapfrogs:.1f}) |")
 
 
-class _GaussianPotential:
+class _GaussianPotential(PotentialForPyMC):
     """The Laplace approximation's log density in NumPy, in the protocol PyMC's integrator calls
     (as HMCECS's potential): what is left of an iteration when the potential costs ~1 µs."""
 
-    _raveled_inputs = True
-    _extra_vars_shared: dict = {}
     dtype = "float64"
 
     def __init__(self, mean, precision):
         self.mean, self.precision = mean, precision
 
-    def _pytensor_function(self, q):
+    def logp_dlogp(self, q):
         grad = -self.precision @ (q - self.mean)
         return np.asarray(0.5 * (q - self.mean) @ grad), grad
 

@@ -1,4 +1,5 @@
-"""Compiled functions: PyTensor's public API, the user's mode honoured, no patch of any library."""
+"""Compiled functions: PyTensor's public API, the user's mode honoured, no patch of any library;
+PyMC's private step-protocol names in one module (``step_methods/pymc_protocol.py``)."""
 
 import ast
 import re
@@ -170,3 +171,58 @@ print("reads", len(reads))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[-2:] == ["reads", "0"], out
+
+
+#: the private names PyMC 6.4's step protocol reads on a step method or a ``logp_dlogp_func``
+PYMC_PROTOCOL_NAMES = ("_state_class", "_raveled_inputs", "_extra_vars_shared", "_pytensor_function",
+                       "_progressbar_config", "_make_progressbar_update_functions")
+#: the one module of the package that may name them
+PROTOCOL_MODULE = "step_methods/pymc_protocol.py"
+_PROTOCOL_NAME = re.compile(r"\b(" + "|".join(PYMC_PROTOCOL_NAMES) + r")\b")
+
+
+def _protocol_names(source: str) -> list[str]:
+    """Every occurrence of one of PyMC's private protocol names in ``source`` (code, comment or
+    docstring), as ``"line n: name"``."""
+    return [f"line {source.count(chr(10), 0, m.start()) + 1}: {m.group(1)}"
+            for m in _PROTOCOL_NAME.finditer(source)]
+
+
+def _defined_names(source: str) -> set:
+    """Names ``source`` defines: functions, assigned names, and attributes assigned to."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names
+
+
+def test_pymc_private_protocol_names_occur_in_one_module_only():
+    """Project standard: where PyMC's step protocol forces a private name, it is in one module."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative != PROTOCOL_MODULE:
+            names = _protocol_names(path.read_text())
+            if names:
+                found[relative] = names
+    assert not found, found
+    # and that module defines every one of them in code, not only in its docstring (a name dropped
+    # from it would silently leave PyMC's default: no per-chain state, no columns in the bar)
+    assert set(PYMC_PROTOCOL_NAMES) <= _defined_names((PACKAGE / PROTOCOL_MODULE).read_text())
+
+
+def test_the_protocol_scan_finds_a_name_when_there_is_one():
+    assert _protocol_names("class Step:\n    _state_class = StepState\n") == ["line 2: _state_class"]
+    assert _protocol_names("    def _pytensor_function(self, q):\n") == ["line 1: _pytensor_function"]
+    assert _protocol_names("cols = step._progressbar_config(2)  # _raveled_inputs") == [
+        "line 1: _progressbar_config", "line 1: _raveled_inputs"]
+    assert {"_state_class", "_pytensor_function"} <= _defined_names(
+        "def f(cls):\n    cls._state_class = S\nclass P:\n    def _pytensor_function(self): ...\n")
+    assert "_raveled_inputs" not in _defined_names('"""``_raveled_inputs``"""\n')
+    # names that only contain one of them are the package's own
+    assert not _protocol_names("_progress_columns = ()\nmy_state_class = 1\n_state_classes = []\n")

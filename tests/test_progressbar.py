@@ -5,8 +5,10 @@ Through the hooks PyMC's own progress bar reads (``step._progressbar_config(n_ch
 rendered by a tiny ``pm.sample(progressbar=True)`` (rich's console swapped for a recording one).
 """
 
+import dataclasses
 import io
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -150,6 +152,20 @@ def test_rendered_bar_shows_the_last_draw(run):
         assert fmt(last[stat]) in run.bar, (stat, fmt(last[stat]), run.bar)
     # PyMC's own columns are still there
     assert "Draw" in run.bar and "Speed" in run.bar
+
+
+def test_pymc_saves_and_restores_the_steps_own_state(run):
+    """Beside the bar: PyMC resets chains sampled in sequence from ``step.sampling_state``, which
+    is built from the step's state class (``pymc_protocol.step_state``); set it back, and the
+    step's fields follow."""
+    step = run.step
+    state = step.sampling_state
+    assert type(state) is getattr(sys.modules[type(step).__module__], f"{type(step).__name__}State")
+    assert state.tune is False  # pm.sample stopped the warm-up
+    step.sampling_state = dataclasses.replace(state, tune=True)
+    assert step.tune is True
+    step.sampling_state = state  # the module's other tests see the step as pm.sample left it
+    assert step.tune is False
 
 
 def test_update_function_survives_nan_and_missing_stats(run):

@@ -1,11 +1,13 @@
 """Columns of PyMC's live progress bar for the subsampling step methods.
 
 PyMC builds its sampling progress bar from two hooks of the step method, the ones its NUTS
-uses for "Divergences", "Step size" and "Grad evals":
+uses for "Divergences", "Step size" and "Grad evals". PyMC reads them under private names;
+:class:`~pymc_subsample.step_methods.pymc_protocol.ProgressBarForPyMC` defines those over the two
+public methods of :class:`ProgressBarMixin`:
 
-* ``step._progressbar_config(n_chains)`` returns the rich columns and their initial values
+* ``step.progressbar_config(n_chains)`` returns the rich columns and their initial values
   per chain;
-* ``step._make_progressbar_update_functions()`` returns one function per stats dict of a
+* ``step.progressbar_update_functions()`` returns one function per stats dict of a
   draw (a single-block step returns ``[stats]``, so one function); each maps the stats of
   the chain's latest draw to the fields of that chain's row (plus ``"failing"``, which turns
   the bar red).
@@ -15,7 +17,7 @@ stats back), so they can only use the stats of one draw: running quantities (acc
 rates, divergence counts) must be stats the step keeps per chain itself.
 
 Here a step lists its columns as :class:`StatColumn` (stat name, label, format) and
-:class:`ProgressBarMixin` turns them into the two hooks. Values are formatted to strings in the
+:class:`ProgressBarMixin` turns them into the two methods. Values are formatted to strings in the
 update function, so a NaN, None, or a missing stat shows as text and never breaks the bar.
 """
 
@@ -67,7 +69,7 @@ def format_stat(value, fmt: str | Callable[[Any], str] = "{:.2f}") -> str:
 
 
 def progressbar_config(columns: Sequence[StatColumn], n_chains: int = 1):
-    """Rich columns and initial per-chain values, as ``BlockedStep._progressbar_config`` returns them."""
+    """Rich columns and initial per-chain values, in the form PyMC's progress-bar hook returns them."""
     from rich.progress import TextColumn
     from rich.table import Column
 
@@ -98,10 +100,12 @@ def progressbar_update(
 
 
 class ProgressBarMixin:
-    """PyMC's progress-bar hooks from :meth:`progress_columns` (put it before PyMC's step class).
+    """The bar's configuration and update functions from :meth:`progress_columns`.
 
-    PyMC declares the hooks as static methods and calls them on the step instance, so here they
-    are ordinary methods: the columns can depend on the step's settings.
+    A step lists it with :class:`~pymc_subsample.step_methods.pymc_protocol.ProgressBarForPyMC`,
+    both before PyMC's step class; that mixin gives PyMC its hooks over :meth:`progressbar_config`
+    and :meth:`progressbar_update_functions`. They are methods of the step, not static methods as
+    in PyMC, so the columns can depend on the step's settings.
     """
 
     #: the columns of the bar; override :meth:`progress_columns` when they depend on settings
@@ -114,8 +118,10 @@ class ProgressBarMixin:
         """Whether the chain's bar turns red after this draw (default: never)."""
         return False
 
-    def _progressbar_config(self, n_chains=1):
+    def progressbar_config(self, n_chains=1):
+        """Rich columns and their initial values for ``n_chains`` chains, from :meth:`progress_columns`."""
         return progressbar_config(self.progress_columns(), n_chains)
 
-    def _make_progressbar_update_functions(self):
+    def progressbar_update_functions(self):
+        """One update function: this step's draws have one stats dict each."""
         return (progressbar_update(self.progress_columns(), self.progress_failing),)

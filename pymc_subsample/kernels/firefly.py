@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from pymc_subsample.control_variates.firefly_bounds import row_loglik
+from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
 
 __all__ = [
     "BrightRows",
@@ -133,10 +134,10 @@ class BrightRows:
         return BrightRows(**{k: v[order] for k, v in parts.items()})
 
 
-class FireflyPotential:
+class FireflyPotential(PotentialForPyMC):
     """log π(θ) + Σ_k log B_k(θ) + Σ_{bright} log_expm1(r_k(θ)) and its gradient, for PyMC's NUTS/HMC.
 
-    Speaks the protocol PyMC's leapfrog integrator expects of a ``logp_dlogp_func`` (as
+    A ``logp_dlogp_func`` for PyMC's leapfrog integrator through :meth:`logp_dlogp` (as
     :class:`~pymc_subsample.kernels.potential.SubsampledPotential`), so PyMC's NUTS runs on it
     unchanged. Per call: the prior (one compiled call), the collapsed bound O(d²), and the
     bright rows O(n_bright · d) in NumPy.
@@ -151,9 +152,6 @@ class FireflyPotential:
         Σ_k log B_k over all N rows.
     dtype : str
     """
-
-    _raveled_inputs = True
-    _extra_vars_shared: dict = {}
 
     def __init__(self, family, prior, collapsed, dtype="float64"):
         self.family = family
@@ -180,7 +178,7 @@ class FireflyPotential:
             grad = grad + rows.jac.T @ (d_log_expm1(r) * (dloglik - rows.b - 2.0 * rows.c * eta))
         return value, grad
 
-    def _pytensor_function(self, q):
-        """(logp, dlogp) at the raveled q, as PyMC's leapfrog integrator calls it."""
+    def logp_dlogp(self, q):
+        """(logp, dlogp) at the raveled q in ``dtype``, as PyMC's leapfrog integrator takes them."""
         value, grad = self.value_and_grad(q)
         return np.asarray(value, dtype=self.dtype), np.asarray(grad, dtype=self.dtype)

@@ -1,11 +1,12 @@
 """The subsampled potential: log posterior estimate and its gradient on the current subsample.
 
 This is the Hamiltonian's potential energy −Û(θ) of seed 004 eq. (3.4), with the
-same subsample u in the dynamics and in the acceptance (eq. 3.6-3.7). It speaks
-the small protocol PyMC's ``CpuLeapfrogIntegrator`` expects of a
-``logp_dlogp_func`` (``_pytensor_function``, ``_raveled_inputs``, ``dtype``,
-``_extra_vars_shared``), so PyMC's own NUTS and HMC run on it unchanged — the
-NumPyro ``HMCGibbs`` pattern of a wrapper around an untouched inner kernel.
+same subsample u in the dynamics and in the acceptance (eq. 3.6-3.7). Its
+``logp_dlogp(q)`` and ``dtype`` are what PyMC's ``CpuLeapfrogIntegrator`` needs of a
+``logp_dlogp_func``; the private names PyMC reads them through come from
+:class:`~pymc_subsample.step_methods.pymc_protocol.PotentialForPyMC`. So PyMC's own NUTS and
+HMC run on it unchanged — the NumPyro ``HMCGibbs`` pattern of a wrapper around an untouched
+inner kernel.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_subsample.estimators.loglik import block_poisson_sign
+from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]
@@ -44,7 +46,7 @@ class SignedSubsample:
         return np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]).astype(int)
 
 
-class SubsampledPotential:
+class SubsampledPotential(PotentialForPyMC):
     """log p(θ) + log L̂(θ; u) and its gradient for the current subsample ``u``.
 
     Parameters
@@ -54,9 +56,6 @@ class SubsampledPotential:
     a, lam : float, int
         Block-Poisson parameters (signed only).
     """
-
-    _raveled_inputs = True  # PyMC's integrator passes the raveled vector q
-    _extra_vars_shared: dict = {}
 
     def __init__(self, target, estimator="perturbed", *, a=0.0, lam=1):
         self.target = target
@@ -121,8 +120,10 @@ class SubsampledPotential:
         var = n**2 * float(np.var(d)) / m  # σ² of one mini-batch's d̂, from the pooled rows
         return Estimate(value, grad, var, block_poisson_sign(d_hat, self.a))
 
-    def _pytensor_function(self, q):
-        """(logp, dlogp) at the raveled q, as PyMC's leapfrog integrator calls it."""
+    def logp_dlogp(self, q):
+        """(logp, dlogp) at the raveled q in ``dtype``, as PyMC's leapfrog integrator takes them; an
+        estimate recorded since :meth:`record_trajectory` is returned without evaluating again.
+        """
         est = self.recorded(q)
         if est is None:
             est = self.estimate(q)

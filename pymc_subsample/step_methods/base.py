@@ -3,7 +3,8 @@
 Each step method is a thin PyMC ``ArrayStepShared`` over kernels that are plain
 functions: it owns a :class:`TallModel`, the centre θ* and a :class:`TaylorProxy`,
 and keeps every piece of mutable per-chain state (tuning, the current subsample,
-counters) as fields of a ``@dataclass_state`` class, so PyMC resets it between
+counters) as fields of a ``@dataclass_state`` class, named for PyMC by
+:func:`~pymc_subsample.step_methods.pymc_protocol.step_state`, so PyMC resets it between
 chains sampled in sequence and tuning never leaks from one chain to the next.
 """
 
@@ -28,6 +29,7 @@ from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes, setup_display
 from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.tall import TallModel, observation_axis_length
+from pymc_subsample.step_methods.pymc_protocol import ProgressBarForPyMC, step_state
 
 __all__ = [
     "BASE_KWARGS",
@@ -99,7 +101,8 @@ class SubsampleStepState(StepMethodState):
     tune: bool
 
 
-class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
+@step_state(SubsampleStepState)
+class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepShared):
     """Base class: model → tall model → centre → one :class:`SubsampledTarget`, plus PyMC plumbing.
 
     The columns each subclass adds to PyMC's progress bar are its ``_progress_columns`` (or its
@@ -134,7 +137,6 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     """
 
     is_exact: bool = False
-    _state_class = SubsampleStepState
     #: whether the step takes the Taylor proxy in η where the rows are affine in a non-linear row-free
     #: φ(θ) (``RowFreeTaylorProxy``); HMCECS and SubsampleMH, where it is measured and tested. SG keeps
     #: the proxy in θ there: SGLD's tuned step size grew 500× with the better proxy (0.15 against

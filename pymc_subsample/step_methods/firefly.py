@@ -49,6 +49,7 @@ from pymc_subsample.step_methods.base import (
     warn_poor,
 )
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
+from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["FireflyMC", "FireflyState"]
 
@@ -68,6 +69,7 @@ class FireflyState(SubsampleStepState):
     bound_warned: bool = False
 
 
+@step_state(FireflyState)
 class FireflyMC(InnerHMC, SubsampleStep):
     r"""Firefly Monte Carlo step method: pass to ``pm.sample(step=pms.FireflyMC(...))``.
 
@@ -124,7 +126,6 @@ class FireflyMC(InnerHMC, SubsampleStep):
 
     name = "firefly"
     is_exact = True
-    _state_class = FireflyState
     stats_dtypes_shapes = {
         **INNER_HMC_STATS,
         "n_bright": (np.int64, []),

@@ -52,6 +52,7 @@ from pymc_subsample.step_methods.base import (
     warn_poor,
 )
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
+from pymc_subsample.step_methods.pymc_protocol import step_state
 from pymc_subsample.subsample.batch import Batch, Subsample
 from pymc_subsample.subsample.indices import block_slices
 
@@ -120,6 +121,7 @@ def _auto_too_large_message(m, n, order, exact=0):
     )
 
 
+@step_state(HMCECSState)
 class HMCECS(InnerHMC, SubsampleStep):
     r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
 
@@ -186,7 +188,6 @@ class HMCECS(InnerHMC, SubsampleStep):
     """
 
     name = "hmcecs"
-    _state_class = HMCECSState
     row_free_proxy = True
     stats_dtypes_shapes = {
         **INNER_HMC_STATS,

@@ -38,6 +38,7 @@ from pymc_subsample.step_methods.base import (
     check_positive,
     warn_poor,
 )
+from pymc_subsample.step_methods.pymc_protocol import ProgressBarForPyMC, step_state
 from pymc_subsample.subsample.summaries import make_summary
 
 __all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]
@@ -95,7 +96,8 @@ class ISSState(SubsampleStepState):
     monitor: object = None
 
 
-class ISS(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
+@step_state(ISSState)
+class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepShared):
     """Informed sub-sampling MCMC (seed 002, "ISS-MCMC").
 
     Parameters
@@ -193,7 +195,6 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
 
     name = "iss"
     is_exact = False
-    _state_class = ISSState
     stats_dtypes_shapes = {
         "subset_accept": (float, []),
         "refresh_rate": (float, []),

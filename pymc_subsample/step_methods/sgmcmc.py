@@ -29,6 +29,7 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
+from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
 
@@ -160,6 +161,7 @@ class SGLDState(SubsampleStepState):
     diverge_warned: bool
 
 
+@step_state(SGLDState)
 class SGLD(_SGChecks, SubsampleStep):
     """Stochastic-gradient Langevin dynamics with variance-reduced gradients (seed 000).
 
@@ -213,7 +215,6 @@ class SGLD(_SGChecks, SubsampleStep):
     is_exact = False
     stats_dtypes_shapes = dict(_STATS)
     _progress_columns = _PROGRESS_COLUMNS
-    _state_class = SGLDState
 
     def __init__(self, vars=None, *, step_size=None, batch_size=None, gradient="cv", schedule=None,
                  preconditioner="auto", noise_adjust=False, thin=None, init_at_center=True, lipschitz=None,
@@ -284,6 +285,7 @@ class SGHMCState(SubsampleStepState):
     diverge_warned: bool
 
 
+@step_state(SGHMCState)
 class SGHMC(_SGChecks, SubsampleStep):
     """Stochastic-gradient HMC with friction, seed 004 §6.2 (Chen et al. 2014).
 
@@ -322,7 +324,6 @@ class SGHMC(_SGChecks, SubsampleStep):
     is_exact = False
     stats_dtypes_shapes = dict(_STATS)
     _progress_columns = _PROGRESS_COLUMNS
-    _state_class = SGHMCState
 
     def __init__(self, vars=None, *, step_size=None, num_steps=None, friction=1.0, gradient="cv",
                  batch_size=None, mass_matrix="auto", init_at_center=True, lipschitz=None, **kwargs):
@@ -389,6 +390,7 @@ class SGFSState(SubsampleStepState):
     diverge_warned: bool
 
 
+@step_state(SGFSState)
 class SGFS(_SGChecks, SubsampleStep):
     """Stochastic-gradient Fisher scoring; ``optimized=True`` is OSGFS (seed 003 Alg. 1).
 
@@ -434,7 +436,6 @@ class SGFS(_SGChecks, SubsampleStep):
     _progress_columns = _PROGRESS_COLUMNS + (
         StatColumn("converged", "conv", lambda v: "yes" if v else "no"),
     )
-    _state_class = SGFSState
 
     def __init__(self, vars=None, *, optimized=True, batch_size=None, k=None, c=0.1, b=1.0, step_size=1.0,
                  thin=None, init_at_center=True, **kwargs):

@@ -32,6 +32,7 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
+from pymc_subsample.step_methods.pymc_protocol import step_state
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 
@@ -74,6 +75,7 @@ class SubsampleMHState(SubsampleStepState):
     thin: int = 1
 
 
+@step_state(SubsampleMHState)
 class SubsampleMH(SubsampleStep):
     r"""Subsampled Metropolis-Hastings (seeds 000, 001, 002, 004).
 
@@ -185,7 +187,6 @@ class SubsampleMH(SubsampleStep):
     decision (austerity, barker, two-sample; nan for confidence, 0 when all N rows were read).
     """
 
-    _state_class = SubsampleMHState
     stats_dtypes_shapes = {
         "accept": (np.float64, []),
         "accepted": (bool, []),

@@ -38,6 +38,7 @@ from pymc_subsample.kernels.zigzag import (
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.glm import linear_predictor_model, observed_family
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive
+from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["ZigZag", "ZigZagState"]
 
@@ -68,6 +69,7 @@ class ZigZagState(SubsampleStepState):
     rows: Any = None
 
 
+@step_state(ZigZagState)
 class ZigZag(SubsampleStep):
     r"""Zig-Zag with control variates: pass to ``pm.sample(step=pms.ZigZag(...))``.
 
@@ -122,7 +124,6 @@ class ZigZag(SubsampleStep):
 
     name = "zigzag"
     is_exact = True
-    _state_class = ZigZagState
     stats_dtypes_shapes = {
         "n_switches": (np.int64, []),
         "n_proposed_switches": (np.int64, []),
