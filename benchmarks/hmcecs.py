@@ -21,7 +21,7 @@ from _synthetic import logistic_data, logistic_model
 from pymc.blocking import DictToArrayBijection
 
 import pymc_subsample as pms
-from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
+from pymc_subsample.pymc_protocol import PotentialForPyMC
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

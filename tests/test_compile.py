@@ -1,5 +1,5 @@
 """Compiled functions: PyTensor's public API, the user's mode honoured, no patch of any library;
-PyMC's private step-protocol names in one module (``step_methods/pymc_protocol.py``)."""
+PyMC's private step-protocol names in one module (``pymc_protocol.py``)."""
 
 import ast
 import re
@@ -9,6 +9,7 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
+import pytest
 from pytensor.link.numba.linker import NumbaLinker
 
 from pymc_subsample.model.compile import (
@@ -177,7 +178,7 @@ print("reads", len(reads))
 PYMC_PROTOCOL_NAMES = ("_state_class", "_raveled_inputs", "_extra_vars_shared", "_pytensor_function",
                        "_progressbar_config", "_make_progressbar_update_functions")
 #: the one module of the package that may name them
-PROTOCOL_MODULE = "step_methods/pymc_protocol.py"
+PROTOCOL_MODULE = "pymc_protocol.py"
 _PROTOCOL_NAME = re.compile(r"\b(" + "|".join(PYMC_PROTOCOL_NAMES) + r")\b")
 
 
@@ -214,6 +215,30 @@ def test_pymc_private_protocol_names_occur_in_one_module_only():
     # and that module defines every one of them in code, not only in its docstring (a name dropped
     # from it would silently leave PyMC's default: no per-chain state, no columns in the bar)
     assert set(PYMC_PROTOCOL_NAMES) <= _defined_names((PACKAGE / PROTOCOL_MODULE).read_text())
+
+
+#: where PyMC 6.4 reads each name: its module, and the object whose source names it
+PYMC_READERS = {
+    "_state_class": ("pymc.step_methods.state", "WithSamplingState"),
+    "_raveled_inputs": ("pymc.step_methods.hmc.integration", "CpuLeapfrogIntegrator"),
+    "_pytensor_function": ("pymc.step_methods.hmc.integration", "CpuLeapfrogIntegrator"),
+    "_extra_vars_shared": ("pymc.step_methods.arraystep", "GradientSharedStep"),
+    "_progressbar_config": ("pymc.progress_bar.progress", "MCMCProgressBarManager"),
+    "_make_progressbar_update_functions": ("pymc.progress_bar.progress", "MCMCProgressBarManager"),
+}
+
+
+@pytest.mark.parametrize("name", PYMC_PROTOCOL_NAMES)
+def test_the_installed_pymc_still_reads_each_protocol_name(name):
+    """A name PyMC stopped reading would be silently ignored (no per-chain state reset, no columns in
+    the bar, PyMC's integrator calling a method we no longer feed): fail here instead, and change
+    ``pymc_protocol.py``."""
+    import importlib
+    import inspect
+
+    module, reader = PYMC_READERS[name]
+    source = inspect.getsource(getattr(importlib.import_module(module), reader))
+    assert re.search(rf"\.{name}\b", source), f"{module}.{reader} no longer reads {name}"
 
 
 def test_the_protocol_scan_finds_a_name_when_there_is_one():

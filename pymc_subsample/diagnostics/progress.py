@@ -2,7 +2,7 @@
 
 PyMC builds its sampling progress bar from two hooks of the step method, the ones its NUTS
 uses for "Divergences", "Step size" and "Grad evals". PyMC reads them under private names;
-:class:`~pymc_subsample.step_methods.pymc_protocol.ProgressBarForPyMC` defines those over the two
+:class:`~pymc_subsample.pymc_protocol.ProgressBarForPyMC` defines those over the two
 public methods of :class:`ProgressBarMixin`:
 
 * ``step.progressbar_config(n_chains)`` returns the rich columns and their initial values
@@ -102,7 +102,7 @@ def progressbar_update(
 class ProgressBarMixin:
     """The bar's configuration and update functions from :meth:`progress_columns`.
 
-    A step lists it with :class:`~pymc_subsample.step_methods.pymc_protocol.ProgressBarForPyMC`,
+    A step lists it with :class:`~pymc_subsample.pymc_protocol.ProgressBarForPyMC`,
     both before PyMC's step class; that mixin gives PyMC its hooks over :meth:`progressbar_config`
     and :meth:`progressbar_update_functions`. They are methods of the step, not static methods as
     in PyMC, so the columns can depend on the step's settings.

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from pymc_subsample.control_variates.firefly_bounds import row_loglik
-from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
+from pymc_subsample.pymc_protocol import PotentialForPyMC
 
 __all__ = [
     "BrightRows",

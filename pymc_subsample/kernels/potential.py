@@ -4,7 +4,7 @@ This is the Hamiltonian's potential energy −Û(θ) of seed 004 eq. (3.4), with
 same subsample u in the dynamics and in the acceptance (eq. 3.6-3.7). Its
 ``logp_dlogp(q)`` and ``dtype`` are what PyMC's ``CpuLeapfrogIntegrator`` needs of a
 ``logp_dlogp_func``; the private names PyMC reads them through come from
-:class:`~pymc_subsample.step_methods.pymc_protocol.PotentialForPyMC`. So PyMC's own NUTS and
+:class:`~pymc_subsample.pymc_protocol.PotentialForPyMC`. So PyMC's own NUTS and
 HMC run on it unchanged — the NumPyro ``HMCGibbs`` pattern of a wrapper around an untouched
 inner kernel.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_subsample.estimators.loglik import block_poisson_sign
-from pymc_subsample.step_methods.pymc_protocol import PotentialForPyMC
+from pymc_subsample.pymc_protocol import PotentialForPyMC
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]

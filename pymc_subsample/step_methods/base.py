@@ -4,7 +4,7 @@ Each step method is a thin PyMC ``ArrayStepShared`` over kernels that are plain
 functions: it owns a :class:`TallModel`, the centre θ* and a :class:`TaylorProxy`,
 and keeps every piece of mutable per-chain state (tuning, the current subsample,
 counters) as fields of a ``@dataclass_state`` class, named for PyMC by
-:func:`~pymc_subsample.step_methods.pymc_protocol.step_state`, so PyMC resets it between
+:func:`~pymc_subsample.pymc_protocol.step_state`, so PyMC resets it between
 chains sampled in sequence and tuning never leaks from one chain to the next.
 """
 
@@ -29,7 +29,7 @@ from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes, setup_display
 from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.tall import TallModel, observation_axis_length
-from pymc_subsample.step_methods.pymc_protocol import ProgressBarForPyMC, step_state
+from pymc_subsample.pymc_protocol import ProgressBarForPyMC, step_state
 
 __all__ = [
     "BASE_KWARGS",

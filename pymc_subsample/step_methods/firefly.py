@@ -42,6 +42,7 @@ from pymc_subsample.kernels.firefly import (
 )
 from pymc_subsample.kernels.tuning import laplace_draws
 from pymc_subsample.model.glm import linear_predictor_model, observed_family
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
     SubsampleStep,
@@ -49,7 +50,6 @@ from pymc_subsample.step_methods.base import (
     warn_poor,
 )
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
-from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["FireflyMC", "FireflyState"]
 

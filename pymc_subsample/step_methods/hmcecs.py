@@ -44,6 +44,7 @@ from pymc_subsample.kernels.tuning import (
     pilot_differences,
 )
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
     SubsampleStep,
@@ -52,7 +53,6 @@ from pymc_subsample.step_methods.base import (
     warn_poor,
 )
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
-from pymc_subsample.step_methods.pymc_protocol import step_state
 from pymc_subsample.subsample.batch import Batch, Subsample
 from pymc_subsample.subsample.indices import block_slices
 

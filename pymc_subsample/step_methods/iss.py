@@ -31,6 +31,7 @@ from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_chec
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
+from pymc_subsample.pymc_protocol import ProgressBarForPyMC, step_state
 from pymc_subsample.step_methods.base import (
     RequestedModeMixin,
     SubsampleStepState,
@@ -38,7 +39,6 @@ from pymc_subsample.step_methods.base import (
     check_positive,
     warn_poor,
 )
-from pymc_subsample.step_methods.pymc_protocol import ProgressBarForPyMC, step_state
 from pymc_subsample.subsample.summaries import make_summary
 
 __all__ = ["ISS", "ISSState", "check_refresh_rate", "laplace_checks", "laplace_discrepancy"]

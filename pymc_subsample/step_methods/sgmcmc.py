@@ -22,6 +22,7 @@ from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.kernels import sg_tuning
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     SubsampleStep,
     SubsampleStepState,
@@ -29,7 +30,6 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
-from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["SGFS", "SGHMC", "SGLD", "drop_unconverged"]
 

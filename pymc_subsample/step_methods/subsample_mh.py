@@ -25,6 +25,7 @@ from pymc_subsample.kernels.proposals import (
     random_walk_proposal,
 )
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     SubsampleStep,
     SubsampleStepState,
@@ -32,7 +33,6 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
-from pymc_subsample.step_methods.pymc_protocol import step_state
 from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
 from pymc_subsample.subsample.batch import Subsample
 

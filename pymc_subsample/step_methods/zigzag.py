@@ -37,8 +37,8 @@ from pymc_subsample.kernels.zigzag import (
 )
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.glm import linear_predictor_model, observed_family
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive
-from pymc_subsample.step_methods.pymc_protocol import step_state
 
 __all__ = ["ZigZag", "ZigZagState"]
 

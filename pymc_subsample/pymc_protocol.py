@@ -3,7 +3,9 @@
 PyMC reads a few underscore-prefixed attributes of a step method and of a ``logp_dlogp_func``.
 Only this module writes them: the step methods and potentials use the public-named adapters
 below, which delegate to public methods. If PyMC renames one of these names, only this file changes
-(``tests/test_compile.py`` checks that no other module of the package uses them).
+(``tests/test_compile.py`` checks that no other module of the package uses them, and that the
+installed PyMC still reads each where it is listed below). It imports nothing, and sits beside the
+layers rather than in one: kernels (the potentials) and step methods both use it.
 
 Names PyMC reads, and what it does with them:
 
