@@ -13,7 +13,7 @@ def logistic_data(n_rows, n_features, seed=0):
 
 
 def logistic_model(X, y):
-    """X and y both as pm.Data, PyMC's own idiom (issue 10 measures this form)."""
+    """X and y both as pm.Data, PyMC's own idiom (the form the benchmarks measure)."""
     with pm.Model() as model:
         X_ = pm.Data("X", X)
         y_ = pm.Data("y_obs", y)

@@ -1,4 +1,4 @@
-"""PyTensor's Numba and C backends side by side for HMCECS's functions (issue 42).
+"""PyTensor's Numba and C backends side by side for HMCECS's functions.
 
 Per zoo model (tests/zoo.py, X and y as pm.Data) at N rows, in one process for each backend
 (``compile_kwargs={"mode": "NUMBA"}`` and ``{"mode": "C"}``, PyTensor's CVM, as PyMC's

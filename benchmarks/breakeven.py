@@ -1,4 +1,4 @@
-"""Which sampler when (issues 10 and 13): full-data NUTS against HMCECS and the best SG method, by N.
+"""Which sampler when: full-data NUTS against HMCECS and the best SG method, by N.
 
 For each zoo model (tests/zoo.py, X and y as pm.Data) and each N, measured side by side in one
 process on a warm PyTensor cache:

@@ -1,4 +1,4 @@
-"""Crossed non-centred group effects (issue 47): ESS/s of ``pms.HMCECS()`` against nutpie, set-up included.
+"""Crossed non-centred group effects: ESS/s of ``pms.HMCECS()`` against nutpie, set-up included.
 
 The model is :func:`zoo.crossed_effects` (what Bambi builds for ``y ~ x1 + x2 + (1|a) + (1|b)``:
 16 and 100 levels with Zipf-distributed sizes, X, y and both indices as ``pm.Data``, d = 121) at

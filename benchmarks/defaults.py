@@ -1,4 +1,4 @@
-"""Every step method with no arguments against full-data NUTS on the zoo GLMs (issue 11's must-show).
+"""Every step method with no arguments against full-data NUTS on the zoo GLMs.
 
 For each model (tests/zoo.py: X and y as pm.Data) at N rows: full-data NUTS (1 chain, 1000 + 1000),
 then ``pm.sample(step=pms.<Method>(), tune=T, draws=D)`` for each method with its defaults. Prints,

@@ -1,4 +1,4 @@
-"""Estimator and set-up benchmarks (issue 2), ratios measured side by side in one run.
+"""Estimator and set-up benchmarks, ratios measured side by side in one run.
 
 1. Perturbed log-likelihood value + gradient with the second-order proxy, m = 1000, d = 30,
    N = 10^6 logistic regression: pymc_subsample (graph built from the PyMC model) against a

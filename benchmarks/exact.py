@@ -1,4 +1,4 @@
-"""Exact subsampling against the rest (issue 14): ESS/s with set-up, and row evaluations per ESS.
+"""Exact subsampling against the rest: ESS/s with set-up, and row evaluations per ESS.
 
 Data sets: Skin Segmentation (N = 245,057, d = 4) and cod-rna (N = 331,152, d = 9), intercept
 first, standardised, N(0, 1) priors; synthetic logistic regressions at N = 10⁶ and 10⁷ with d = 31

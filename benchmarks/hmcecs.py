@@ -1,4 +1,4 @@
-"""HMC-ECS benchmark (issue 3): ESS per second against full-data PyMC NUTS and NumPyro's HMCECS,
+"""HMC-ECS benchmark: ESS per second against full-data PyMC NUTS and NumPyro's HMCECS,
 and time per iteration as N grows with m fixed. Everything is measured in one run.
 
 ESS/s = min over coefficients of bulk ESS / (set-up + sampling seconds). Set-up for HMC-ECS is
@@ -163,7 +163,7 @@ def scaling(args):
 
 
 def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
-    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (issue 10's goal: ≤ 1 ms at
+    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (the goal: ≤ 1 ms at
     d = 31, ≤ 0.3 ms at d = 4, m = 1000), X and y as pm.Data.
 
     After a short run that pays the one-off compilations, two runs from the same step, with

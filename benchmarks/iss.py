@@ -16,7 +16,7 @@ the numbers and a PNG of the marginals if matplotlib is installed).
 
 ``--glm`` instead runs ``pms.ISS`` with its defaults, and with the old default summary
 ("moments"), on the zoo GLMs "linear" (unknown σ) and "poisson_offset" (X and y as
-``pm.Data``) against full-data PyMC NUTS (issue 11): per run the largest |Δmean| in NUTS
+``pm.Data``) against full-data PyMC NUTS: per run the largest |Δmean| in NUTS
 posterior sds, the largest sd ratio, the smallest bulk ESS, seconds per iteration, and
 which Laplace-check warnings fired.
 
@@ -208,9 +208,9 @@ def main():
     fig.savefig(OUT / "iss_ar2_sigma.png", dpi=120)
 
 
-# ------------------------------------------------------------------ zoo GLMs (issue 11)
+# ------------------------------------------------------------------ zoo GLMs
 # (label, ISS keyword arguments as a function of n, draws, tune); "old defaults" are those
-# before issue 11: summary="moments" and swap_size = max(1, n // 100)
+# the earlier defaults: summary="moments" and swap_size = max(1, n // 100)
 GLM_CONFIGS = [
     ("defaults (map, swap 1)", lambda n: {}, 300, 300),
     ("old defaults (moments, swap n//100)", lambda n: {"summary": "moments", "swap_size": max(1, n // 100)},

@@ -1,4 +1,4 @@
-"""Hierarchical models with many groups (issue 10): the set-up as the number of groups grows.
+"""Hierarchical models with many groups: the set-up as the number of groups grows.
 
 The zoo's hierarchical models (tests/zoo.py, group index, x and y as pm.Data) with G groups at N
 rows: HMCECS's first and warm construction (seconds, and the warm one in passes of PyMC's own full

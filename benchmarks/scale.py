@@ -1,4 +1,4 @@
-"""Data beyond RAM (issue 12): HMCECS on logistic regression with X and y in zarr on local disk.
+"""Data beyond RAM: HMCECS on logistic regression with X and y in zarr on local disk.
 
 Synthetic logistic regression, d = 31 features, float32, rows in zarr chunks of ``--chunk-rows``
 rows; the model reads them through ``pms.Data``. Each N runs in its own process, so that its
@@ -128,7 +128,7 @@ def run_one(root: Path, draws: int, fmt: str) -> dict:
 
 
 def run_numpyro(root: Path, draws: int, fmt: str) -> dict:
-    """NumPyro's HMCECS on the same rows (issue 12's side-by-side): it needs them in memory.
+    """NumPyro's HMCECS on the same rows (side by side): it needs them in memory.
 
     The data are loaded into JAX arrays; the Taylor proxy is centred at a Newton-step MLE on the
     first 20,000 rows (NumPy, a fraction of a second); m = 1000, 100 blocks, ``draws`` warm-up

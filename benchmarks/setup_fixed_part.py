@@ -1,4 +1,4 @@
-"""The N-independent part of a warm set-up (issue 10), against PyMC's own, in 10⁶-row passes.
+"""The N-independent part of a warm set-up, against PyMC's own, in 10⁶-row passes.
 
 Per zoo model (tests/zoo.py, X and y as pm.Data): constructing ``pms.HMCECS()`` a second time on
 the 20,000-row model (its full-data passes cost ~2% of a 10⁶-row one, so what is left is graph

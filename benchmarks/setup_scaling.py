@@ -1,9 +1,9 @@
-"""How a warm set-up grows with N (issue 10's goal "warm set-up ≤ 15 full-data gradient passes").
+"""How a warm set-up grows with N (the goal "warm set-up ≤ 15 full-data gradient passes").
 
 Per zoo model (tests/zoo.py, X and y as pm.Data), at each N: constructing ``pms.HMCECS()`` again in
 the process, as a multiple of one full-data gradient of PyMC's own at N (``logp_dlogp_function`` at
 HMCECS's centre, timed beside each construction: :func:`warm_setup`), in two ways: with the compiled
-functions and model analyses the process keeps in memory (a second set-up in one session: a notebook
+functions and model analyses the process keeps in memory (a second set-up in one process: a notebook
 cell run again, a loop over data sets), and with the kept analyses cleared, so that the model is
 analysed and its functions compiled again (PyTensor's Numba cache serving the kernels), as in a new
 process (less the imports, which ``zoo.py``'s new-process column includes); each the median of

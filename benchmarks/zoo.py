@@ -1,4 +1,4 @@
-"""Zoo benchmark (issue 10): per model, set-up, ms per leapfrog step and one full-data gradient.
+"""Zoo benchmark: per model, set-up, ms per leapfrog step and one full-data gradient.
 
 For each zoo model (tests/zoo.py, X and y as pm.Data) at N rows, measured side by side in one
 process:

@@ -29,7 +29,7 @@ def find_map_theta(
     """MAP on the flat unconstrained vector; returns (theta, scipy OptimizeResult).
 
     With ``rows`` the log-likelihood of those rows is scaled by N / len(rows), so the
-    result approximates the full-data MAP (a cheap centre, seed 004 §6.5).
+    result approximates the full-data MAP (a cheap centre, Dang et al. 2019 §6.5).
     """
     theta0 = tall.initial_theta if start is None else np.asarray(start, dtype=float)
     scale = 1.0
@@ -97,7 +97,7 @@ MIN_ROWS_PER_GROUP = 200
 def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0):
     """A centre θ* for control variates: MAP of a random subset, then full-data Newton steps.
 
-    θ* need not be the exact mode, only close to it (seed 004 §4.2, Corollary 1 of Quiroz
+    θ* need not be the exact mode, only close to it (Dang et al. 2019 §4.2, Corollary 1 of Quiroz
     et al.). The subset MAP is ~sqrt(N/n) posterior sds from the mode. Newton steps with the
     full-data gradient and the subset's Hessian scaled by N/n (one gradient pass over the rows
     each; the subset's Hessian costs one chunk) bring it within :data:`CENTER_TOLERANCE` posterior
@@ -228,7 +228,7 @@ def _expansion_steps(tall, coordinates, start, rows, chunk_size, correction_rows
     only, so each step contracts the distance to the mode by about the subset B's relative error,
     as the Newton steps in θ do for a concave model; the optimiser's many evaluations cost no rows.
     With B over all rows (``rows`` None: a pass with B costs 1.4 gradient passes in φ on the
-    non-centred model, r = 21, since the ninth session's matrix products) each step is exact to
+    non-centred model, r = 21, with the set-up's sums as matrix products) each step is exact to
     second order in η, and with ``correction_rows`` it is corrected to third order
     (:func:`_corrected_sums`): at 10⁶ rows 2 passes with B (33 → 0.018 sds), the second the proxy's,
     against 3 gradient passes with the subset's B and the proxy's pass (0.45 s for the centre).

@@ -1,6 +1,6 @@
-"""Collapsible lower bounds B_k(θ) ≤ L_k(θ) for Firefly Monte Carlo (Maclaurin & Adams 2014; seed 002).
+"""Collapsible lower bounds B_k(θ) ≤ L_k(θ) for Firefly Monte Carlo (Maclaurin & Adams 2014).
 
-Firefly's augmented target (seed 002, "Firefly MCMC") is
+Firefly's augmented target (Alquier's ISS slides, "Firefly MCMC") is
 
     p(θ, z) ∝ π(θ) ∏_k B_k(θ) · ∏_{z_k = 1} (L_k(θ) − B_k(θ)) / B_k(θ),
 

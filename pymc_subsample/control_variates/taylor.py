@@ -1,11 +1,11 @@
-"""Taylor-series control variates q_k(θ) around a centre θ* (seed 004, eq. 4.4).
+"""Taylor-series control variates q_k(θ) around a centre θ* (Dang et al. 2019, eq. 4.4).
 
 q_k(θ) = ℓ_k(θ*) + ∇ℓ_k(θ*)ᵀ v + ½ vᵀ H_k(θ*) v, with v = θ − θ*, truncated at
 ``order`` 0, 1 or 2. The full-data sum Σ_k q_k(θ) = Σℓ_k(θ*) + Aᵀv + ½ vᵀBv needs
 only the three sums computed once in chunks (A, B of eq. 4.7), so it costs O(d²).
 Per-row terms on a subsample are directional derivatives of the batch graph at θ*
 along v (forward mode, O(m)): ∇ℓ_k(θ*)ᵀv and vᵀH_k(θ*)v, never per-row gradients
-or m x d x d Hessians (DESIGN step 5).
+or m x d x d Hessians (docs/design.md, "Control variates").
 
 B is computed for every order, because the Laplace precision −(∇²log p(θ*) + B)
 (mass matrix, proposal scale, SG preconditioner) needs it whatever the order of the
@@ -113,7 +113,7 @@ class RowFreeTaylorProxy(TaylorProxy):
     A non-centred hierarchical model's rows read ``a = μ + τ z`` through ``a[g_k]``
     (:mod:`pymc_subsample.model.row_free`): η_k = η_k(0) + J_k φ(θ) exactly, with φ = (a, β, ...).
     Expanding f(y_k, ·) to ``order`` in u_k = η_k(θ) − η_k(θ*) = J_k Δφ instead of ℓ_k in v = θ − θ*
-    (seed 004 eq. 4.4 in other coordinates) gives a control variate whose sum is as cheap,
+    (Dang et al. 2019 eq. 4.4 in other coordinates) gives a control variate whose sum is as cheap,
 
         Σ_k q_k(θ) = Σ_k f_k* + Aᵀ Δφ + ½ Δφᵀ B Δφ,   A = Σ_k J_kᵀ ∇f_k*,  B = Σ_k J_kᵀ F''_k* J_k,
 

@@ -1,7 +1,7 @@
 """What the Zig-Zag thinning bound needs from a model: per-row Lipschitz constants and a quadratic prior.
 
 For a GLM row ℓ_k = f(y_k, η_k), η_k affine in θ with Jacobian J_k, and |f''| ≤ κ, the change of
-∂_jℓ_k between θ* and θ is at most κ |J_kj| |J_k·(θ − θ*)| (the quantity behind seed 000's
+∂_jℓ_k between θ* and θ is at most κ |J_kj| |J_k·(θ − θ*)| (the quantity behind El hanchi's (2019)
 Lipschitz importance-sampling bounds, here per coordinate). The bound of
 :mod:`pymc_subsample.kernels.zigzag` needs, per coordinate and in two norms, its maximum over all
 N rows relative to each row's sampling weight, and the weights themselves when rows are drawn in

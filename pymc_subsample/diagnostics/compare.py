@@ -1,4 +1,7 @@
-"""Agreement and cost of a sample against a reference sample (DESIGN step 10, seed 004 §6.2)."""
+"""Agreement and cost of a sample against a reference sample (Dang et al. 2019, §6.2).
+
+See the "Diagnostics" part of docs/design.md.
+"""
 
 from __future__ import annotations
 
@@ -148,7 +151,7 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
     idata : xarray.DataTree or object
         The sample, as ``pm.sample`` returns it (an object with ``posterior`` and
         ``sample_stats`` attributes holding Datasets also works). Signed runs are
-        sign-weighted, seed 004 eq. 5.3.
+        sign-weighted, Dang et al. 2019 eq. 5.3.
     reference : xarray.DataTree, object or dict
         Reference sample in the same forms, or a dict with ``mean`` and ``sd`` arrays in the
         same flattened order (as in ``../shared/data/skin/reference_nuts.json``).
@@ -170,7 +173,7 @@ def compare(idata, reference, *, var_names=None, n_rows=None, setup_seconds=0.0,
     Comparison
         ``table`` columns: mean, sd, ref_mean, ref_sd, abs_mean_diff_over_sd, sd_ratio,
         ess_bulk, inefficiency (IF = draws/ESS), ess_per_second, ess_per_million_evals,
-        ct (IF x evaluations per draw, seed 004 eq. 3.2) and, with a sampled (not dict)
+        ct (IF x evaluations per draw, Dang et al. 2019 eq. 3.2) and, with a sampled (not dict)
         reference, ref_ess_bulk, ref_ess_per_second, ess_per_second_ratio and relative_ct
         (CT_ref / CT, eq. 6.1). ``print(result)`` leads with cost (seconds with set-up,
         ESS, ESS/s and the ratio), then agreement, in under 100 columns.

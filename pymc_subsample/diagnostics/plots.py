@@ -1,4 +1,4 @@
-"""Figures comparing a subsampled run with a full-data reference (seed 004 Figs. 1, 2 and 8).
+"""Figures comparing a subsampled run with a full-data reference (Dang et al. 2019 Figs. 1, 2 and 8).
 
 matplotlib is optional: it is imported only when a figure is drawn
 (``pip install "pymc_subsample[plots]"``).
@@ -151,7 +151,7 @@ def _draw(plt, figures, kinds, idata, reference, var_names, stats, target_varian
 def plot_compare(
     idata, reference, var_names=None, *, kind="all", target_variance=1.0, figsize=None, save_to=None
 ):
-    """Draw the seed 004 comparison figures of a subsampled run against a full-data reference.
+    """Draw the Dang et al. 2019 comparison figures of a subsampled run against a full-data reference.
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ def plot_compare(
         ``sample_stats`` attributes holding Datasets also works). Its ``sample_stats`` may hold
         ``loglik_var`` (σ̂², the variance of the log-likelihood estimator) and, for signed
         HMC-ECS, ``sign`` (±1); with negative signs the densities and moments are sign-weighted
-        (seed 004 eq. 5.3).
+        (Dang et al. 2019 eq. 5.3).
     reference : xarray.DataTree or object
         The full-data run (e.g. NUTS) taken as the truth, in the same forms.
     var_names : str or list of str, optional
@@ -168,14 +168,14 @@ def plot_compare(
         flattened into scalar components labelled like ``beta[2]``.
     kind : {"all", "densities", "moments", "loglik_var"} or sequence of them
         ``"densities"``: one axis per scalar component with the kernel density of the sample (green)
-        over the reference's (red), seed 004 Fig. 1. ``"moments"``: two axes, posterior means and
-        posterior variances of the sample against the reference's with the identity line, seed 004
+        over the reference's (red), Dang et al. 2019 Fig. 1. ``"moments"``: two axes, posterior means and
+        posterior variances of the sample against the reference's with the identity line, Dang et al. 2019
         Fig. 2. ``"loglik_var"``: the trace of σ̂² over draws, one line per chain, with a horizontal
-        line at ``target_variance`` (as in seed 004 Fig. 8), and, when a ``sign`` stat has a negative
+        line at ``target_variance`` (as in Dang et al. 2019 Fig. 8), and, when a ``sign`` stat has a negative
         value, a second axis with the running fraction of positive signs. ``"all"`` draws all three,
         leaving out ``"loglik_var"`` when the run has no ``loglik_var`` stat.
     target_variance : float, default 1.0
-        The σ̂² the run was tuned to (seed 004 §3.3 follows Pitt et al. 2012 in targeting 1).
+        The σ̂² the run was tuned to (Dang et al. 2019 §3.3 follows Pitt et al. 2012 in targeting 1).
     figsize : tuple of float, optional
         Size of each figure; by default one that fits its number of axes.
     save_to : str or path-like, optional

@@ -1,4 +1,4 @@
-"""Sign-corrected summaries for signed pseudo-marginal output (seed 004 eq. 5.3).
+"""Sign-corrected summaries for signed pseudo-marginal output (Dang et al. 2019 eq. 5.3).
 
 Draws from the signed HMC-ECS target |L̂| p(θ) p(u) are reweighted by the sign s
 of L̂: E_π[ψ] = E[ψ s] / E[s], estimated by Σ ψ(θ_j) s_j / Σ s_j.
@@ -95,7 +95,7 @@ def draw_signs(idata, n_draws):
 
 
 def weighted_moments(draws, signs):
-    """Sign-weighted means and variances (ddof 0) of the columns of ``draws`` (seed 004 eq. 5.3)."""
+    """Sign-weighted means and variances (ddof 0) of the columns of ``draws`` (Dang et al. 2019 eq. 5.3)."""
     total = signs.sum()
     if total <= 0:
         raise ValueError(
@@ -107,7 +107,7 @@ def weighted_moments(draws, signs):
 
 
 def sign_weighted(idata, var_names=None, quantiles=(0.05, 0.5, 0.95)):
-    """Sign-corrected posterior means, sds and quantiles (seed 004 eq. 5.3).
+    """Sign-corrected posterior means, sds and quantiles (Dang et al. 2019 eq. 5.3).
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 
 For rows ℓ_k(θ) = f(y_k, η_k(θ)) with η_k ∈ R^p affine in θ (GLMs, Normal or StudentT with unknown
 scale, NegativeBinomial, ...: :mod:`pymc_subsample.model.distributional`), the Taylor proxy of
-seed 004 eq. 4.3 at θ* needs no derivative in θ at all: with u_k = η_k(θ) − η_k(θ*) = J_k(θ − θ*)
+Dang et al. 2019 eq. 4.3 at θ* needs no derivative in θ at all: with u_k = η_k(θ) − η_k(θ*) = J_k(θ − θ*)
 exactly,
 
     ∇ℓ_k(θ*)·v = Σ_j ∂_j f(y_k, η_k*) u_kj,    vᵀH_k(θ*)v = Σ_jl ∂_jl f(y_k, η_k*) u_kj u_kl,

@@ -1,4 +1,4 @@
-"""Subsampled log-likelihood estimators (seed 004 §4-5) as plain array functions.
+"""Subsampled log-likelihood estimators (Dang et al. 2019 §4-5) as plain array functions.
 
 Every estimator takes the per-row differences d_i = ℓ_{u_i}(θ) − q_{u_i}(θ) of a
 subsample u drawn uniformly with replacement (ω_k = 1/n). The NumPy functions here
@@ -10,7 +10,7 @@ The samplers do not assemble that sum from per-row gradients: the value formulas
 (:func:`difference_parts`, :func:`block_poisson_log_abs`) are written so that they run
 on PyTensor tensors too, and :class:`~pymc_subsample.estimators.target.SubsampledTarget`
 differentiates them in one compiled graph; reverse mode then computes exactly the
-weights above and the VJPs/HVP of DESIGN step 3. The weights stay here as the
+weights above and the VJPs/HVP of docs/design.md ("One target"). The weights stay here as the
 analytic reference the tests check that graph against.
 """
 
@@ -50,7 +50,7 @@ def difference_parts(d, n, m=None):
 
 
 def difference_estimator(d, n, sum_q=0.0):
-    """Difference estimator ℓ̂ and its variance estimate σ̂² (seed 004 eqs. 4.1-4.3).
+    """Difference estimator ℓ̂ and its variance estimate σ̂² (Dang et al. 2019 eqs. 4.1-4.3).
 
     Parameters
     ----------
@@ -73,7 +73,7 @@ def difference_estimator(d, n, sum_q=0.0):
 
 
 def perturbed_loglik(d, n, sum_q=0.0):
-    """Perturbed log-likelihood estimate log L̂ = ℓ̂ − σ̂²/2 (seed 004 eq. 4.5).
+    """Perturbed log-likelihood estimate log L̂ = ℓ̂ − σ̂²/2 (Dang et al. 2019 eq. 4.5).
 
     Returns
     -------
@@ -91,7 +91,7 @@ def perturbed_loglik(d, n, sum_q=0.0):
 
 
 def block_poisson(d_batches, n, a, lam, sum_q=0.0):
-    """Block-Poisson estimator of the likelihood (seed 004 eq. 5.1), on the log scale.
+    """Block-Poisson estimator of the likelihood (Dang et al. 2019 eq. 5.1), on the log scale.
 
     L̂ = exp(Σq) Π_{l=1}^{λ} ξ_l, ξ_l = exp((a+λ)/λ) Π_{h=1}^{X_l} (d̂^{(h,l)} − a)/λ with
     X_l ~ Pois(1). Since Π_l exp((a+λ)/λ) = exp(a + λ), only the pooled mini-batch
@@ -142,7 +142,7 @@ def block_poisson_sign(d_hat, a) -> int:
 
 
 def combine_gradient(sum_q_grad, weights, loglik_grads, proxy_grads):
-    """∇ of an estimate: ∇Σq + Σ_i w_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7 for w_i = n/m).
+    """∇ of an estimate: ∇Σq + Σ_i w_i (∇ℓ_i − ∇q_i) (Dang et al. 2019 eq. 4.7 for w_i = n/m).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Gradient estimators for stochastic-gradient MCMC (seed 000 §4.1-§5.2.2, seed 004 eq. 4.7).
+"""Gradient estimators for stochastic-gradient MCMC (El hanchi 2019 §4.1-§5.2.2, Dang et al. 2019 eq. 4.7).
 
 Every estimator here estimates the full-data log-likelihood gradient
 ∇ℓ(θ) = Σ_k ∇ℓ_k(θ) (the prior is added exactly by the caller) and is written as
@@ -6,18 +6,18 @@ Every estimator here estimates the full-data log-likelihood gradient
     ĝ = offset + (1/m) Σ_{i=1..m} z_i,       z_i iid given the past,
 
 so one helper, :func:`estimator_covariance`, gives the covariance of *any* of them
-from the same m terms: Cov(ĝ) ≈ Cov_sample(z) / m. The noise adjustment of seed 000
+from the same m terms: Cov(ĝ) ≈ Cov_sample(z) / m. The noise adjustment of El hanchi 2019
 §5.2.2 and the ``grad_var`` statistic both use it.
 
 ========== ============================== ============================================
 name       offset                         z_i (row u_i, drawn with probability p_i)
 ========== ============================== ============================================
 plain      0                              N ∇ℓ_{u_i}                (p_i = 1/N, Alg. 2)
-cv         ∇Σq(θ) = A + B v               N (∇ℓ_{u_i} − ∇q_{u_i})   (seed 004 eq. 4.7)
-saga       Σ_j h_j                        N (∇ℓ_{u_i} − h_{u_i})    (seed 000 §4.3)
-is         0                              ∇ℓ_{u_i} / p_{u_i}        (p ∝ L, seed 000 §4.3)
+cv         ∇Σq(θ) = A + B v               N (∇ℓ_{u_i} − ∇q_{u_i})   (Dang et al. 2019 eq. 4.7)
+saga       Σ_j h_j                        N (∇ℓ_{u_i} − h_{u_i})    (El hanchi 2019 §4.3)
+is         0                              ∇ℓ_{u_i} / p_{u_i}        (p ∝ L, El hanchi 2019 §4.3)
 is-saga    Σ_j h_j                        (∇ℓ_{u_i} − h_{u_i}) / p_{u_i}
-adaptive   Σ_j h_j                        as is-saga, p from seed 000 §5.1
+adaptive   Σ_j h_j                        as is-saga, p from El hanchi 2019 §5.1
 ========== ============================== ============================================
 
 All are unbiased for sampling with replacement; :class:`SagaTable` keeps the
@@ -52,9 +52,9 @@ __all__ = [
 def uniform_terms(row_grads, n, proxy_row_grads=None):
     """z_i = N (∇ℓ_{u_i} − ∇q_{u_i}) for uniform sampling with replacement.
 
-    ``proxy_row_grads=None`` gives the plain SGLD estimator (seed 000 Alg. 2); with
+    ``proxy_row_grads=None`` gives the plain SGLD estimator (El hanchi 2019 Alg. 2); with
     the Taylor proxy's per-row gradients it gives the control-variate terms of
-    seed 004 eq. (4.7), whose offset is ∇Σq(θ).
+    Dang et al. 2019 eq. (4.7), whose offset is ∇Σq(θ).
     """
     row_grads = np.asarray(row_grads, dtype=float)
     if proxy_row_grads is None:
@@ -63,7 +63,7 @@ def uniform_terms(row_grads, n, proxy_row_grads=None):
 
 
 def importance_terms(row_grads, probs, table_rows=None):
-    """z_i = (∇ℓ_{u_i} − h_{u_i}) / p_{u_i} (seed 000 §4.3); ``table_rows=None`` means h = 0."""
+    """z_i = (∇ℓ_{u_i} − h_{u_i}) / p_{u_i} (El hanchi 2019 §4.3); ``table_rows=None`` means h = 0."""
     row_grads = np.asarray(row_grads, dtype=float)
     if table_rows is not None:
         row_grads = row_grads - table_rows
@@ -71,7 +71,7 @@ def importance_terms(row_grads, probs, table_rows=None):
 
 
 def saga_terms(row_grads, table_rows, n):
-    """z_i = N (∇ℓ_{u_i} − h_{u_i}): SAGA with uniform sampling (seed 000 §4.3)."""
+    """z_i = N (∇ℓ_{u_i} − h_{u_i}): SAGA with uniform sampling (El hanchi 2019 §4.3)."""
     return n * (np.asarray(row_grads, dtype=float) - table_rows)
 
 
@@ -98,7 +98,7 @@ def estimator_covariance(terms, full=True):
 
 # ------------------------------------------------------------------ SAGA table
 class SagaTable:
-    """Per-row last gradients h_j (N, d), their sum, and their age (seed 000 §4.3, §5.1).
+    """Per-row last gradients h_j (N, d), their sum, and their age (El hanchi 2019 §4.3, §5.1).
 
     Parameters
     ----------
@@ -210,7 +210,7 @@ def row_lipschitz_bounds(tall, center, chunk_size=2_000, floor=1e-3):
 
 
 def lipschitz_probabilities(lipschitz, strong_convexity=None):
-    """Sampling probabilities p_k ∝ L_k, or p_k ∝ μN + L_k (seed 000 §4.3).
+    """Sampling probabilities p_k ∝ L_k, or p_k ∝ μN + L_k (El hanchi 2019 §4.3).
 
     Parameters
     ----------
@@ -219,7 +219,7 @@ def lipschitz_probabilities(lipschitz, strong_convexity=None):
     strong_convexity : float, optional
         μ, the strong-convexity constant of the *average* negative log-posterior
         U/N; the mixture with the uniform distribution is the choice that gives SAGA
-        its best known rate (seed 000 ref. [14]).
+        its best known rate (El hanchi 2019 ref. [14]).
     """
     lip = np.asarray(lipschitz, dtype=float)
     if lip.ndim != 1 or not np.all(np.isfinite(lip)) or np.any(lip < 0) or lip.sum() <= 0:
@@ -237,15 +237,15 @@ def lipschitz_probabilities(lipschitz, strong_convexity=None):
 
 
 def adaptive_probabilities(lipschitz, table: SagaTable, step_size, ndim):
-    """Adaptive IS-SAGA probabilities of seed 000 §5.1.
+    """Adaptive IS-SAGA probabilities of El hanchi 2019 §5.1.
 
     p_j ∝ L_j √(2ε d β_j + K_{β_j}) + ‖h_j‖, where β_j is the number of iterations
     since h_j was written and K_{β_j} bounds the squared drift of θ over those
-    iterations. The seed's derivation writes the drift as Σ ĝ_s; for the update
+    iterations. The paper's derivation writes the drift as Σ ĝ_s; for the update
     θ' = θ + ε ĝ + √(2ε) ξ used here the drift is ε ĝ_s and, by Cauchy–Schwarz,
     ‖Σ_s ε ĝ_s‖² ≤ β Σ_s ‖ε ĝ_s‖², so K_β = β (drift_now − drift_at_j) with the
     running sum of ‖ε ĝ_s‖² kept by :class:`SagaTable` (O(N) scalar work per call,
-    O(N d) never). The seed's "2td β_i d" is read as Tr[2ε β I_d] = 2ε d β.
+    O(N d) never). The paper's "2td β_i d" is read as Tr[2ε β I_d] = 2ε d β.
     Rows with h_j = 0 and β_j = 0 keep a tiny positive probability (unbiasedness).
     """
     beta = (table.iteration - table.updated_at).astype(float)

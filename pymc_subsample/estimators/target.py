@@ -1,4 +1,4 @@
-"""One subsampled target for every step method (DESIGN steps 3, 5, 6 and "One target").
+"""One subsampled target for every step method (docs/design.md, "One target").
 
 A :class:`SubsampledTarget` owns the tall model, the centre θ*, the Taylor proxy and
 the Laplace precision, and compiles one function per need:
@@ -268,7 +268,7 @@ class SubsampledTarget:
         return np.stack([self.differences(theta, batch) for theta in thetas])
 
     def perturbed(self, theta, batch):
-        """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (seed 004 eqs. 4.1-4.5, 4.7): every row of
+        """Log p(θ) + ℓ̂ − σ̂²/2, its gradient, and σ̂² (Dang et al. 2019 eqs. 4.1-4.5, 4.7): every row of
         ``batch`` subsampled, :meth:`perturbed_with_exact` with no exact rows (one compiled function
         for both).
         """
@@ -276,7 +276,7 @@ class SubsampledTarget:
 
     def perturbed_with_exact(self, theta, batch, n_exact, n_rest):
         """As :meth:`perturbed`, with the first ``n_exact`` rows of ``batch`` a set E computed exactly
-        and the others a uniform subsample of the remaining ``n_rest`` rows R (seed 004 eqs. 4.1-4.5):
+        and the others a uniform subsample of the remaining ``n_rest`` rows R (Dang et al. 2019 eqs. 4.1-4.5):
 
             ℓ̂ = Σ_k q_k + Σ_{k∈E} d_k + (n_R/m) Σ_{i≤m} d_{u_i},   σ̂² = (n_R²/m²) Σ_i (d_{u_i} − d̄_u)²,
 
@@ -314,7 +314,7 @@ class SubsampledTarget:
         return value, grad, float(sigma2)
 
     def difference_gradient(self, theta, batch):
-        """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (seed 004 eq. 4.7)."""
+        """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (Dang et al. 2019 eq. 4.7)."""
 
         def build(at_center):
             def derive():

@@ -1,4 +1,4 @@
-"""Firefly Monte Carlo kernels (Maclaurin & Adams 2014; seed 002): brightness updates and the θ | z potential.
+"""Firefly Monte Carlo kernels (Maclaurin & Adams 2014): brightness updates and the θ | z potential.
 
 Plain NumPy over the rows a step touches, never over all N rows. With a collapsible bound
 (:mod:`pymc_subsample.control_variates.firefly_bounds`) the augmented target is
@@ -73,7 +73,7 @@ def is_member(rows, sorted_idx):
 
 
 def propose_dark(rng, n_rows, rate, bright_idx):
-    """Dark rows proposed to turn bright: each dark row independently with probability ``rate``.
+    """Dark rows proposed to become bright: each dark row independently with probability ``rate``.
 
     A Binomial(N, q) number of distinct uniform rows, bright ones dropped (they have their own
     move), so each dark row is included with probability q independently of the others.

@@ -1,4 +1,4 @@
-"""Kernels of informed sub-sampling MCMC (Maire, Friel & Alquier; seed 002, "ISS-MCMC").
+"""Kernels of informed sub-sampling MCMC (Maire, Friel & Alquier 2019, "ISS-MCMC").
 
 One ISS iteration updates the pair (U, θ):
 
@@ -53,7 +53,7 @@ def resolve_swap_size(swap_size, n: int, n_rows: int) -> int:
     """Rows exchanged per subset proposal: default 1, and 0 when n = N (the subset cannot
     change); an explicit value is at most min(n, N − n).
 
-    Why one row. With ε tuned to a refresh rate (seed 002, "Implementing ISS-MCMC"), the ε
+    Why one row. With ε tuned to a refresh rate (Alquier's ISS slides, "Implementing ISS-MCMC"), the ε
     reached is what makes a typical proposal's change of ‖Δ_n‖² cost O(1) in
     ε(‖Δ_n(U')‖² − ‖Δ_n(U)‖²). A swap of r rows moves Δ_n about √r times as far as one
     row, so that ε scales as 1/r, and the spread of Δ_n under ν_{n,ε} ∝ exp(−ε‖Δ_n‖²),

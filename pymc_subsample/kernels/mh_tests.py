@@ -10,7 +10,7 @@ ratio, and Σ_k q_k(θ') − q_k(θ) when Taylor control variates are used) and
 t_k = ℓ_k(θ') − ℓ_k(θ) [− (q_k(θ') − q_k(θ))] are per-row terms that a test only
 evaluates on the rows it draws, through a callable ``row_terms(idx) -> (len(idx),)``.
 Exact MH accepts iff log u < Δ, i.e. iff the mean of the t_k exceeds
-μ₀ = (log u − offset)/N (seed 000, §3.1; seed 002, "Austerity in MCMC-Land").
+μ₀ = (log u − offset)/N (El hanchi 2019, §3.1; Alquier's ISS slides, "Austerity in MCMC-Land").
 
 Each test returns ``(accept, rows_used, stats)`` with ``stats`` a dict holding at
 least ``delta_hat`` (the estimate of Δ at decision) and ``loglik_var`` (its variance
@@ -19,12 +19,12 @@ uniform passed in, so a test with error level → 0 or batch = N reproduces the 
 decision on the same uniform.
 
 The sequential t-tests (austerity, two-sample) and the confidence sampler look at the data
-several times; a level ε at every look (seed 000 Algorithm 1, line 6) lets the
+several times; a level ε at every look (El hanchi 2019 Algorithm 1, line 6) lets the
 wrong-decision probabilities of the looks add up (measured with the austerity test: 5.4 %
 wrong decisions at ε = 0.01 and 23 % at ε = 0.05 on very hard decisions,
 ``benchmarks/mh_error_rates.py``). By default all three therefore spend ε over the looks,
 level ε_k = (p − 1) ε / (p k^p) at look k with p = 2, as Bardenet et al.'s confidence
-sampler does (seed 002), so that Σ_k ε_k ≤ ε bounds the probability that the whole
+sampler does (Alquier's ISS slides), so that Σ_k ε_k ≤ ε bounds the probability that the whole
 decision differs from the exact one (under the CLT for the t-tests).
 """
 
@@ -58,15 +58,15 @@ __all__ = [
 
 # --------------------------------------------------------------------- exact tests
 def exact_mh_test(delta, log_u) -> bool:
-    """Exact MH: accept iff log u < Δ (seed 000 §3.1)."""
+    """Exact MH: accept iff log u < Δ (El hanchi 2019 §3.1)."""
     return bool(log_u < delta)
 
 
 def exact_barker_test(delta, u) -> bool:
-    """Exact Barker test: accept iff Δ + X_log > 0 with X_log = logit(u) ~ Logistic(0, 1) (seed 001).
+    """Exact Barker test: accept iff Δ + X_log > 0 with X_log = logit(u) ~ Logistic(0, 1) (Seita et al. 2017).
 
     Accepts with probability g(Δ) = 1/(1 + e^{−Δ}), which satisfies detailed balance
-    (Barker lemma, seed 001).
+    (Barker lemma, Seita et al. 2017).
     """
     return bool(delta + (math.log(u) - math.log1p(-u)) > 0)
 
@@ -136,15 +136,15 @@ def look_level(error, look, p=2.0) -> float:
     """Level ε_k = (p − 1) ε / (p k^p) of the k-th look (k ≥ 1), so that Σ_k ε_k ≤ ε.
 
     Σ_{k≥1} k^{−p} ≤ p/(p − 1) for p > 1, hence the union bound over looks: the probability
-    that any look stops on the wrong side is at most ε (seed 002, the confidence sampler's
-    δ_k; applied here to the t-tests of seed 000 too, see the module docstring).
+    that any look stops on the wrong side is at most ε (Alquier's ISS slides, the confidence sampler's
+    δ_k; applied here to the t-tests of El hanchi 2019 too, see the module docstring).
     """
     return (p - 1.0) * error / (p * look**p)
 
 
 # ----------------------------------------------------------------- pseudo-marginal
 def pseudo_marginal_test(current_value, d, n_rows, offset, log_u):
-    """Correlated pseudo-marginal MH with the perturbed difference estimator (seed 004 §3-4).
+    """Correlated pseudo-marginal MH with the perturbed difference estimator (Dang et al. 2019 §3-4).
 
     Parameters
     ----------
@@ -175,11 +175,11 @@ def pseudo_marginal_test(current_value, d, n_rows, offset, log_u):
 
 # ------------------------------------------------------------------------ austerity
 def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, per_look=False):
-    """Sequential t-test of Korattikara et al. (seed 000 §3.1, Algorithm 1).
+    """Sequential t-test of Korattikara et al. (El hanchi 2019 §3.1, Algorithm 1).
 
     Mini-batches of ``batch_size`` rows are drawn without replacement; after each, the
     t statistic t = (t̄ − μ₀)/ŝ with ŝ² = s²/n · (1 − n/N) (finite-population
-    correction, seed 000 §3.1) is tested: the test stops at look k when
+    correction, El hanchi 2019 §3.1) is tested: the test stops at look k when
     α = 1 − φ_{n−1}(|t|) < ε_k, or when all N rows are used, in which case the decision is
     exact. Accept iff t̄ > μ₀.
 
@@ -202,7 +202,7 @@ def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, 
     per_look : bool, default False
         False: level ε_k = ε / (2k²) at look k (:func:`look_level`), so the whole
         sequential decision is wrong with probability ≤ ε. True: level ε at every look,
-        Algorithm 1 of seed 000 as printed; ε then bounds the error of each look only, and
+        Algorithm 1 of El hanchi 2019 as printed; ε then bounds the error of each look only, and
         on hard decisions the decision error was 1.3-7 ε (``benchmarks/mh_error_rates.py``).
 
     Returns
@@ -234,7 +234,7 @@ def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, 
 # ----------------------------------------------------------------------- confidence
 def confidence_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error,
                     range_bound, gamma=2.0, p=2.0):
-    """Confidence sampler of Bardenet, Doucet & Holmes (seed 002) with an empirical-Bernstein bound.
+    """Confidence sampler of Bardenet, Doucet & Holmes (2014) with an empirical-Bernstein bound.
 
     Rows are drawn without replacement; the batch grows geometrically (t ← ⌈γ t⌉). At
     the k-th look, with δ_k = (p − 1) δ / (p k^p) so that Σ_k δ_k ≤ δ = ``error``
@@ -280,7 +280,7 @@ def logistic_range_bound(X, center, proxy_order=2):
 
     Uses |d^j/dz^j log σ(z)| ≤ M_j with M_1 = 1, M_2 = 1/4, M_3 = 1/(6√3) and Taylor's
     remainder |ℓ_k(θ) − q_k(θ)| ≤ M_{r+1}/(r+1)! |x_kᵀ(θ − θ*)|^{r+1} for a proxy of order
-    r (Bardenet et al.'s bound for GLMs, seed 002), so with R = max_k ||x_k||:
+    r (Bardenet et al.'s bound for GLMs, Alquier's ISS slides), so with R = max_k ||x_k||:
 
     * no proxy (``proxy_order=None``): C = M_1 R ||θ' − θ||;
     * order r: C = M_{r+1}/(r+1)! R^{r+1} (||θ − θ*||^{r+1} + ||θ' − θ*||^{r+1}).
@@ -323,9 +323,9 @@ def logistic_range_bound(X, center, proxy_order=2):
 # --------------------------------------------------------------------------- Barker
 @lru_cache(maxsize=4)
 def correction_distribution(n_grid=401, half_width=20.0, ridge=1e-4):
-    """Grid and probabilities of X_corr with N(0, 1) + X_corr ≈ Logistic(0, 1) (seed 001).
+    """Grid and probabilities of X_corr with N(0, 1) + X_corr ≈ Logistic(0, 1) (Seita et al. 2017).
 
-    Solves the regularised least-squares problem of seed 001,
+    Solves the regularised least-squares problem of Seita et al. 2017,
     min_u ||M u − v||² + λ||u||² with M_ij = Φ(X_i − Y_j), v_i = S(X_i) (S the logistic
     CDF) on a uniform grid Y over [−20, 20] and twice as many evaluation points X, with
     the added constraint u ≥ 0 (non-negative least squares) so that u is a probability
@@ -348,7 +348,7 @@ def correction_error() -> float:
     """sup_x |P(N(0, 1) + X_corr ≤ x) − S(x)| of :func:`correction_distribution` (S logistic CDF).
 
     The error the correction distribution itself adds to every minibatch Barker decision
-    (seed 001, "PDF of the correction distribution"); evaluated on 8001 points of [−25, 25]
+    (Seita et al. 2017, "PDF of the correction distribution"); evaluated on 8001 points of [−25, 25]
     (beyond the grid's [−20, 20], where both CDFs are within 2e−9 of 0 or 1). About 1.7e−5.
     """
     grid, probs = correction_distribution()
@@ -364,14 +364,14 @@ def sample_correction(u):
 
 # 6.4 E|Z|³ + 2 E|Z| over distributions with E Z² = 1 is smallest, 8.4, for |Z| = 1: E|Z|³ ≥ 1
 # by Lyapunov's inequality, and a smaller E|Z| forces a larger E|Z|³ (6.4/√q + 2√q ≥ 8.4 for
-# Z = ±1/√q with probability q). Hence the seed-001 bound is ≥ 8.4/√b for any terms.
+# Z = ±1/√q with probability q). Hence the Seita et al. 2017 bound is ≥ 8.4/√b for any terms.
 BARKER_MIN_CONSTANT = 8.4
 
 
 def barker_clt_error(values) -> float:
-    """Seed 001's bound (6.4 E|Z|³ + 2 E|Z|)/√b on the acceptance-probability error.
+    """Seita et al.'s (2017) bound (6.4 E|Z|³ + 2 E|Z|)/√b on the acceptance-probability error.
 
-    Seed 001, "Bounding acceptance probability error":
+    Seita et al. 2017, "Bounding acceptance probability error":
     sup_y |P{Δ* + X_nc + X_corr < y} − S(y − Δ)| ≤ (6.4 E|X|³ + 2 E|X|)/√b, a
     Berry-Esseen bound for the self-normalised mean, so X is the per-row deviation
     N t_k − Σ t standardised to unit variance: Z = (t_k − t̄)/s. The moments are
@@ -388,15 +388,15 @@ def barker_clt_error(values) -> float:
 
 
 def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
-    """Minibatch Barker test of Seita et al. (seed 001, "Algorithm").
+    """Minibatch Barker test of Seita et al. (Seita et al. 2017, "Algorithm").
 
-    Grow a without-replacement minibatch by ``batch_size`` rows until (seed 001,
+    Grow a without-replacement minibatch by ``batch_size`` rows until (Seita et al. 2017,
     "Algorithm", step 2)
 
     * the variance of Δ* = offset + N t̄, estimated as σ² = N² s²/b (1 − b/N), is below 1,
       and
     * the bound on the acceptance-probability error, ε_b = (6.4 E|Z|³ + 2 E|Z|)/√b
-      (:func:`barker_clt_error`, seed 001 "Bounding acceptance probability error") plus the
+      (:func:`barker_clt_error`, Seita et al. 2017 "Bounding acceptance probability error") plus the
       correction distribution's own CDF error (:func:`correction_error`), is below δ =
       ``error``;
 
@@ -418,11 +418,11 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
         Draws the rows and X_nc.
     batch_size : int
     error : float or None
-        δ, the allowed error of the acceptance probability: seed 001 bounds
+        δ, the allowed error of the acceptance probability: Seita et al. 2017 bounds
         sup_y |P{Δ* + X_nc + X_corr < y} − S(y − Δ)| (S the logistic CDF) by ε_b. Since
         ε_b ≥ 8.4/√b for any terms, the test can stop before N only at b > (8.4/δ)² rows
         (Gaussian terms: about (11.8/δ)²), e.g. δ = 0.01 needs b > 705,600. None: the
-        variance criterion only, with no control of the error (the seed's first version,
+        variance criterion only, with no control of the error (the paper's first version,
         "Precomputing correction distribution").
 
     Returns
@@ -468,7 +468,7 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
 # ----------------------------------------------------------------------- two-sample
 def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *,
                     batch_size, error, probs=None, per_look=False):
-    """Modified stochastic MH with a two-sample t-test (seed 000 §5.2.1).
+    """Modified stochastic MH with a two-sample t-test (El hanchi 2019 §5.2.1).
 
     Neither log-posterior estimate is taken as exact: Σ_k a_k (a_k = ``current_terms``,
     e.g. ℓ_k(θ) − q_k(θ)) and Σ_k b_k (``proposed_terms`` at θ') are estimated from
@@ -476,7 +476,7 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
     Welch's t-test of Δ̂ = offset + Σ̂b − Σ̂a against log u is inconclusive at the level
     of the look, ε_k = ε/(2k²) (:func:`look_level`; ``per_look=True``: ε at every look,
     as in :func:`austerity_test`). Uniform samples are without replacement
-    (finite-population correction); with importance probabilities ``probs`` (seed 000
+    (finite-population correction); with importance probabilities ``probs`` (El hanchi 2019
     §5.1) they are with replacement and weighted by 1/(N p_k). Once each sample has N
     rows, the exact sums are used. Accept iff Δ̂ > log u.
 

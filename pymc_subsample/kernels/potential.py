@@ -1,6 +1,6 @@
 """The subsampled potential: log posterior estimate and its gradient on the current subsample.
 
-This is the Hamiltonian's potential energy −Û(θ) of seed 004 eq. (3.4), with the
+This is the Hamiltonian's potential energy −Û(θ) of Dang et al. 2019 eq. (3.4), with the
 same subsample u in the dynamics and in the acceptance (eq. 3.6-3.7). Its
 ``logp_dlogp(q)`` and ``dtype`` are what PyMC's ``CpuLeapfrogIntegrator`` needs of a
 ``logp_dlogp_func``; the private names PyMC reads them through come from

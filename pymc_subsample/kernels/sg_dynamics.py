@@ -3,11 +3,11 @@
 Conventions: ``grad`` is an estimate of ∇log π(θ) (log-posterior, prior included);
 every function takes a ``numpy.random.Generator`` and returns new arrays.
 
-Langevin (seed 000 §3, Alg. 2, with U = −log π):
+Langevin (El hanchi 2019 §3, Alg. 2, with U = −log π):
 
     θ' = θ + ε ĝ + √(2ε) ξ,   ξ ~ N(0, I).
 
-Seed 004 §6.2 writes the same scheme as θ' = θ + (ε'/2) ĝ + N(0, ε'), i.e. ε' = 2ε.
+Dang et al. 2019 §6.2 writes the same scheme as θ' = θ + (ε'/2) ĝ + N(0, ε'), i.e. ε' = 2ε.
 On N(0, σ²) with the exact gradient, θ' = (1 − ε/σ²) θ + √(2ε) ξ is AR(1), so its
 stationary variance is v = 2ε / (1 − (1 − ε/σ²)²) = σ² / (1 − ε/(2σ²)): the
 step-size bias of every method here (see :func:`langevin_stationary_variance`).
@@ -44,7 +44,7 @@ def psd_factor(cov):
 
 
 def adjusted_noise_factor(step_size, grad_cov):
-    """Injected-noise factor for the noise adjustment of seed 000 §5.2.2.
+    """Injected-noise factor for the noise adjustment of El hanchi 2019 §5.2.2.
 
     ε ĝ already carries noise of covariance ε² Cov(ĝ); injecting N(0, 2εI − ε² Cov(ĝ))
     instead of N(0, 2εI) makes the total noise that of exact Langevin when ĝ is
@@ -56,21 +56,21 @@ def adjusted_noise_factor(step_size, grad_cov):
 
 
 def langevin_step(rng, theta, grad, step_size, noise_factor=None):
-    """θ' = θ + ε ĝ + noise; noise ~ N(0, 2ε I), or F ξ with a given factor F (seed 000 Alg. 2)."""
+    """θ' = θ + ε ĝ + noise; noise ~ N(0, 2ε I), or F ξ with a given factor F (El hanchi 2019 Alg. 2)."""
     xi = rng.standard_normal(theta.shape[0])
     noise = np.sqrt(2.0 * step_size) * xi if noise_factor is None else noise_factor @ xi
     return theta + step_size * grad + noise
 
 
 def sghmc_step(rng, theta, grad_fn, step_size, num_steps, friction, mass_inv=None):
-    """One SG-HMC trajectory of seed 004 §6.2 with B̂ = 0, C = friction·I.
+    """One SG-HMC trajectory of Dang et al. 2019 §6.2 with B̂ = 0, C = friction·I.
 
     p ~ N(0, M) is resampled, then for l = 1..L
 
         θ_l = θ_{l−1} + ε M⁻¹ p_{l−1}
         p_l = p_{l−1} + ε ĝ(θ_l) − ε C M⁻¹ p_{l−1} + N(0, 2 C ε)
 
-    (seed 004 writes ∇Û = −ĝ). There is no accept/reject step.
+    (Dang et al. 2019 writes ∇Û = −ĝ). There is no accept/reject step.
 
     Parameters
     ----------
@@ -107,7 +107,7 @@ def sghmc_step(rng, theta, grad_fn, step_size, num_steps, friction, mass_inv=Non
 
 # ------------------------------------------------------------------ SGFS / OSGFS
 def osgfs_k(n, batch_size, hess, n_c, c=0.1):
-    """Step fraction k of OSGFS, seed 003 eq. (16).
+    """Step fraction k of OSGFS, El hanchi 2018 eq. (16).
 
     k = min{c, 4 max{|S|/(N+|S|), r/(r + N/|S|)}} with
     r = λ_min(H⁻¹) / λ_max(H⁻¹ NC H⁻¹), H = NC + G (eq. 9).
@@ -123,19 +123,19 @@ def osgfs_k(n, batch_size, hess, n_c, c=0.1):
 
 
 def osgfs_noise_cov(d_mat, n, batch_size, c_mat, hess):
-    """Injected noise of the corrected OSGFS update, seed 003 eq. (8).
+    """Injected noise of the corrected OSGFS update, El hanchi 2018 eq. (8).
 
     2D − (N²/|S|) D C D − D H D: the gradient noise D ξ_g already brings (N²/|S|) D C D,
     and − D H D removes the discretisation error so that a Gaussian target with
-    Hessian H has stationary covariance exactly H⁻¹ (seed 003 appendix).
+    Hessian H has stationary covariance exactly H⁻¹ (El hanchi 2018 appendix).
     """
     return 2.0 * d_mat - (n**2 / batch_size) * d_mat @ c_mat @ d_mat - d_mat @ hess @ d_mat
 
 
 def osgfs_convergence(window_grads, n_c, prior_prec, n, batch_size, b=1.0):
-    """Convergence criterion (17) of seed 003 on the last n stochastic gradients Y_i.
+    """Convergence criterion (17) of El hanchi 2018 on the last n stochastic gradients Y_i.
 
-    |mean(Y)| ≤ b √diag[(NC + G)/n + (N²/(n|S|)) C], componentwise. The seed's last
+    |mean(Y)| ≤ b √diag[(NC + G)/n + (N²/(n|S|)) C], componentwise. The paper's last
     term reads N²/(n|S|); the variance of a stochastic gradient is (N²/|S|) C (its
     eq. 4), so the C factor is restored here.
     """
@@ -147,7 +147,7 @@ def osgfs_convergence(window_grads, n_c, prior_prec, n, batch_size, b=1.0):
 
 
 def sgfs_step(rng, theta, grad, fisher, n, batch_size, step_size, noise_b=None):
-    """Original SGFS update (Ahn, Korattikara & Welling 2012; seed 003 eq. 14 is a special case).
+    """Original SGFS update (Ahn, Korattikara & Welling 2012; El hanchi 2018 eq. 14 is a special case).
 
     θ' = θ + 2 (γ N Î + 4B/ε)⁻¹ (ĝ + η),  η ~ N(0, 4B/ε),  γ = (N + |S|)/|S|,
 

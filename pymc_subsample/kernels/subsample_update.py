@@ -1,4 +1,4 @@
-"""Gibbs update of the subsample u at fixed θ (seed 004 §3.3, eq. 3.5).
+"""Gibbs update of the subsample u at fixed θ (Dang et al. 2019 §3.3, eq. 3.5).
 
 Proposals refresh one of G blocks of u (perturbed) or κ of the λ Poisson groups
 (signed), so log L̂ at the current and proposed u are correlated (ρ ≈ 1 − 1/G or

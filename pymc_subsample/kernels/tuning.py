@@ -1,7 +1,7 @@
 """Choosing subsample sizes and block-Poisson parameters from a pilot near the centre.
 
 Both rules target the variance of the log-likelihood estimator, which is what
-governs pseudo-marginal efficiency (seed 004 §3.1: Var log L̂ ≈ 1 minimises CT;
+governs pseudo-marginal efficiency (Dang et al. 2019 §3.1: Var log L̂ ≈ 1 minimises CT;
 with correlated blocks larger values are tolerated).
 """
 
@@ -58,7 +58,7 @@ def choose_subsample_size(n, var_d, target=1.0, minimum=10):
 
 
 def choose_block_poisson(n, m, mean_d, var_d, target=1.0, max_lambda=10_000):
-    """λ and a for the block-Poisson estimator (seed 004 eq. 5.1).
+    """λ and a for the block-Poisson estimator (Dang et al. 2019 eq. 5.1).
 
     With D(θ) = n·mean(d) the quantity each mini-batch estimates and σ_m² = n² Var(d)/m its
     variance, each factor is (d̂ − a)/λ with d̂ ~ N(D, σ_m²). Set a = D̄ − λ (D̄ the pilot mean)
@@ -97,7 +97,7 @@ def choose_block_poisson(n, m, mean_d, var_d, target=1.0, max_lambda=10_000):
 def difference_deviations(target, thetas, means, chunk_size, candidates):
     """Rows whose differences d_k(θ) = ℓ_k(θ) − q_k(θ) spread most over ``thetas``, in one pass.
 
-    Each row's score is Σ_θ (d_k(θ) − d̄(θ))², its share of the estimator's variance (seed 004
+    Each row's score is Σ_θ (d_k(θ) − d̄(θ))², its share of the estimator's variance (Dang et al. 2019
     eq. 4.3) summed over the points, with d̄(θ) = ``means`` from a pilot (an error δ in d̄ moves
     every score by δ², far below the scores that matter); the ``candidates`` rows of largest
     score are kept with their squared deviations.

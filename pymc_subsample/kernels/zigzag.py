@@ -43,7 +43,7 @@ whose estimate exceeds its bound (there must be none).
 extreme row, it grows with N for unbounded covariates (≈ √(2 log N) for Gaussian ones), and the
 thinning efficiency falls with it. Rows drawn in proportion to their own Lipschitz constant,
 w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ (:func:`lipschitz_row_weights`; the Lipschitz importance sampling of
-seed 000 §4.3, applied to the Zig-Zag rates), give a_j ≤ 1, so W a_j ≤ Σ_k w_k: N times the mean
+El hanchi 2019 §4.3, applied to the Zig-Zag rates), give a_j ≤ 1, so W a_j ≤ Σ_k w_k: N times the mean
 constant instead of N times the largest. Likewise b_j ≤ max_k ‖J_k‖₁/‖R⁻ᵀJ_k‖₂, a ratio of norms
 that no single row can make large. So the bound stops depending on the extreme rows. One weight
 per row is kept (not one per row and coordinate: d·N numbers would not fit at N = 10⁸).

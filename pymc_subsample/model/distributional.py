@@ -138,7 +138,7 @@ class RowTerms:
     """η_k, f(y_k, η_k), ∂_j f and ∂_jl f (j ≤ l) of every row at one θ, as arrays (m,) or as the
     symbolic vectors a compiled graph takes them by.
 
-    At θ* these are all the Taylor proxy of a row needs (seed 004 eq. 4.4 written in η:
+    At θ* these are all the Taylor proxy of a row needs (Dang et al. 2019 eq. 4.4 written in η:
     q_k = f_k + Σ_j ∂_j f_k u_kj + ½ Σ_jl ∂_jl f_k u_kj u_kl, u_k = η_k(θ) − η_k). They depend on
     θ* and the row only, so a sampler computes them once when a row enters the subsample instead of
     at every leapfrog step, and the estimator's graph holds no derivative of f in η at all.

@@ -4,7 +4,7 @@ A non-centred hierarchical model writes a group effect as ``a = μ + τ z`` and 
 as ``a[g_k] + x_k β``: not affine in θ = (μ, log τ, z, β), but affine in φ = (a, β), a small
 deterministic function of θ that reads no row. :func:`row_free_frontier` finds such values in any
 graph of the rows: the values computed from θ alone that enter a computation over the rows.
-Taken as inputs, they turn the rows' graph into a function of (φ, rows), which the distributional
+Taken as inputs, they make the rows' graph a function of (φ, rows), which the distributional
 regression (:mod:`pymc_subsample.model.distributional`) then checks for affinity in φ.
 
 Only φ's value, its Jacobian Dφ (r × d) and contracted Hessians Σ_i c_i ∇²φ_i (d × d) are needed, at

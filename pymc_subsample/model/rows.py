@@ -3,7 +3,7 @@
 A *row leaf* is a constant or ``pm.Data`` container whose leading axis is the
 observation axis of length N. Rewriting a graph so that every row leaf is
 replaced by a batch of its rows makes any per-observation quantity cost O(m)
-for m rows instead of O(N) (DESIGN step 2).
+for m rows instead of O(N) (docs/design.md, "Rows on demand").
 """
 
 from __future__ import annotations

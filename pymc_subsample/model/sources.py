@@ -12,7 +12,7 @@ with ``shape``, ``dtype`` and slicing, and offers the two reads a tall model nee
   page cache is their chunk cache. So are uncompressed zarr arrays in a local store
   (:class:`ZarrChunkRows`): a row sits at a known offset of its chunk's file, so it is read
   alone, where zarr itself would decode the whole chunk (~0.6 ms a call in zarr-python 3, which
-  made an HMC-ECS iteration 6.8× slower at 10⁸ rows than at 10⁵, issue 12). Compressed chunks
+  made an HMC-ECS iteration 6.8× slower at 10⁸ rows than at 10⁵). Compressed chunks
   must be decoded whole; they go through zarr and the chunk cache.
 
 Nothing ever loads the N rows. A source pickles by reference (path, store), never by value, so

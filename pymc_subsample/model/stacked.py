@@ -2,7 +2,7 @@
 
 A model with two data sets that share parameters (a Normal regression on N₁ rows and a Poisson one
 on N₂ other rows) has a log-likelihood that is a sum over N = N₁ + N₂ rows, each row of one data
-set: the subsampling estimators need nothing more than that sum's rows (seed 004 eq. 2.1 sums over
+set: the subsampling estimators need nothing more than that sum's rows (Dang et al. 2019 eq. 2.1 sums over
 any set of independent terms). Here each observed variable's per-row log-density is made a graph
 over all N rows, its data arrays padded to N rows by repeating their first row, and row k takes
 the log-density of its own data set (``switch`` on a constant mask, itself a row leaf that the

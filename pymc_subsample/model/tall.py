@@ -189,7 +189,7 @@ class TallModel:
         """The m-row batch graph ℓ_batch(θ) and its forward-mode directional derivatives.
 
         Every derivative the package needs comes from ordinary autodiff passes over this
-        one graph (DESIGN step 3): reverse mode for sums and weighted sums, forward mode
+        one graph (docs/design.md, "The model"): reverse mode for sums and weighted sums, forward mode
         (``Rop``) for directional derivatives. Nothing is vectorised over rows, so no
         ``Blockwise`` node (a Python loop over rows in PyTensor) can appear.
         """
@@ -407,7 +407,7 @@ class TallModel:
         return self._setup_function()(_as_theta(theta, self.theta.dtype), directions, *batch)
 
     def _setup_function(self):
-        """ONE compiled function for every set-up quantity (DESIGN "One target"):
+        """ONE compiled function for every set-up quantity (docs/design.md, "One target"):
 
         (θ, V (k, d), batch) -> [log p(θ), ∇log p(θ), Σ_k ℓ_k, Σ_k ∇ℓ_k, (Σ_k H_k) Vᵀ (k, d)].
 
@@ -778,7 +778,7 @@ def _joined_inputs(point, outputs, inputs, joined=None):
     default), in the order of ``inputs``, each of the shape it has in ``point``: PyMC's
     ``join_nonshared_inputs``, with the graphs copied once by ``graph_replace`` instead of rebuilt
     node by node by ``clone_replace`` for each output (PyMC's: 50 ms against 19 for the centred
-    hierarchical zoo model's prior and rows, nineteenth session).
+    hierarchical zoo model's prior and rows).
     """
     if joined is None:
         joined = pt.concatenate([var.ravel() for var in inputs]).type()  # PyMC's type for it

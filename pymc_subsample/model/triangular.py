@@ -8,8 +8,8 @@ PyMC's ``MvNormal(chol=L)`` builds cov = L Lᵀ and its log-density factors it a
 tags its ``chol``), but the model's log-density graph is a clone on the value variables without the
 tag, and our graphs are differentiated before any rewriting: the estimator's second directional
 derivative went twice through the Cholesky's forward mode. On the MvNormal + ``LKJCholeskyCov``
-zoo model (one 1,000-row graph of q's difference and its gradient, ``benchmarks/README.md``,
-thirteenth session): 1,159 nodes after rewriting, 16 s to build and 35 s to rewrite; read from L,
+zoo model (one 1,000-row graph of q's difference and its gradient, measured before this
+rewrite): 1,159 nodes after rewriting, 16 s to build and 35 s to rewrite; read from L,
 149 nodes, 3 s and 3 s.
 
 For a non-singular lower-triangular L, cholesky(L Lᵀ) = L D with D = diag(sign(diag L)), the one

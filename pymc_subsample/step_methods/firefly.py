@@ -1,6 +1,6 @@
 """``pms.FireflyMC``: Firefly Monte Carlo, exact MCMC that reads a few rows per iteration.
 
-Maclaurin & Adams (IJCAI 2014; seed 002, "Firefly MCMC"). Each row k has a brightness
+Maclaurin & Adams (IJCAI 2014). Each row k has a brightness
 z_k ∈ {0, 1}; the augmented target π(θ) ∏_k B_k(θ) ∏_{z_k=1} (L_k − B_k)/B_k has the posterior
 as its θ-marginal for any lower bounds 0 < B_k ≤ L_k. One iteration is a Gibbs sweep:
 
@@ -89,7 +89,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
         the cost of about εN more bright rows. "auto": 50 times the tight bound's mean
         P(z_k = 1 | θ) on a pilot at Laplace draws, at most 0.02.
     proposal_rate : float in (0, 1] or "auto"
-        q, the probability that a dark row is proposed to turn bright at each iteration
+        q, the probability that a dark row is proposed to become bright at each iteration
         (Maclaurin & Adams §3.2); each iteration reads about qN dark rows. "auto": the 99%
         quantile of the odds (L_k − B_k)/B_k over a pilot of 2000 rows at 20 draws from the
         Laplace approximation, at least 64/N: rows whose odds stay below q get a fresh z_k

@@ -1,4 +1,4 @@
-"""HMC with energy-conserving subsampling (Dang, Quiroz, Kohn, Tran, Villani 2019; seed 004).
+"""HMC with energy-conserving subsampling (Dang, Quiroz, Kohn, Tran, Villani 2019; Dang et al. 2019).
 
 One iteration (Algorithm 1) is a Gibbs sweep over (u, θ):
 
@@ -130,7 +130,7 @@ class HMCECS(InnerHMC, SubsampleStep):
     vars : list, optional
         All free variables of the model (the default).
     subsample_size : int, "auto" or None
-        m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` (seed 004 §3.1) at Laplace draws
+        m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` (Dang et al. 2019 §3.1) at Laplace draws
         near the centre, then again after 50 and 150 warm-up draws at the chain's own last 25
         draws (the kernel is fixed after warm-up); the choice is in ``self.subsample_size``. None (default):
         perturbed, the larger of min(N, 1000) and the "auto" choice, i.e. 1000 rows unless
@@ -405,7 +405,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order, self.exact_rows.size))
 
     def _set_block_poisson(self, mean_d, var_d):
-        """λ, a (seed 004 eq. 5.1) from pilot differences; the potential reads them at each call."""
+        """λ, a (Dang et al. 2019 eq. 5.1) from pilot differences; the potential reads them at each call."""
         self._use_block_poisson(*choose_block_poisson(
             self.tall.n_rows, self.subsample_size, mean_d, var_d, self.target_variance))
 
@@ -463,7 +463,7 @@ class HMCECS(InnerHMC, SubsampleStep):
     def astep(self, q0):
         evaluated_before = self.potential.n_rows_evaluated
         if not self.started:
-            # Each chain starts from a Laplace draw around θ*, as seed 004 §6.5 starts at θ*:
+            # Each chain starts from a Laplace draw around θ*, as Dang et al. 2019 §6.5 starts at θ*:
             # far from θ* the control variates are poor, σ̂² is huge, and the signed estimator's
             # a (set near θ*) makes |L̂| meaningless, so a chain started at PyMC's default
             # initial point may never reach the posterior. Only the first tuning draw changes.

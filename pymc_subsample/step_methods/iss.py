@@ -1,4 +1,4 @@
-"""``pms.ISS``: informed sub-sampling MCMC (Maire, Friel & Alquier; seed 002).
+"""``pms.ISS``: informed sub-sampling MCMC (Maire, Friel & Alquier 2019).
 
 A thin PyMC step method over :mod:`pymc_subsample.kernels.iss`. Each iteration
 updates the subset U (a Metropolis step on ν_{n,ε}(U) ∝ exp(−ε‖Δ_n(U)‖²)) and then θ
@@ -51,7 +51,7 @@ MAX_THIN = 50  # cap of the default iterations per draw
 # unconstrained θ is Gaussian up to O(1/√N) (Bernstein–von Mises), so a chain that samples
 # it has sd ≈ the Laplace sd and mean ≈ θ*, up to Monte Carlo error and θ*'s small offset
 # from the mode. ISS instead samples a mixture over subsets U ~ ν_{n,ε} of scaled
-# sub-posteriors whose modes are spread around θ* (seed 002, Theorem 2 bounds the error only
+# sub-posteriors whose modes are spread around θ* (Alquier's ISS slides, Theorem 2 bounds the error only
 # through δ_{n,ε}): its variance is Var_Laplace + Var_U(mode of π̄_n(·|Y_U)).
 # * SPREAD_LIMIT = 1.5: the mixture adds more than 1.25× the posterior variance
 #   (1.5² − 1), i.e. credible intervals 50% too wide. The chain's sd ratio is compared
@@ -98,7 +98,7 @@ class ISSState(SubsampleStepState):
 
 @step_state(ISSState)
 class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepShared):
-    """Informed sub-sampling MCMC (seed 002, "ISS-MCMC").
+    """Informed sub-sampling MCMC (Alquier's ISS slides, "ISS-MCMC").
 
     Parameters
     ----------
@@ -181,7 +181,7 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
     * Laplace checks (:func:`laplace_checks`): at 100, 200, 400, … draws after warm-up,
       once per chain and check, when a coordinate's sd exceeds 1.5× its Laplace sd at θ*
       by more than its Monte Carlo error, or its mean is more than 2 Laplace sds from θ*.
-      ISS widens the marginals (seed 002, Theorem 2 bounds its error only through
+      ISS widens the marginals (Alquier's ISS slides, Theorem 2 bounds its error only through
       δ_{n,ε}); these say when by much. They assume the unconstrained posterior is close
       to Gaussian, as it is for tall data.
 
@@ -303,7 +303,7 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
 
         The batch holds U's rows in the order the swaps left them; sorting makes S, and so
         Δ_n(U), a function of the set U alone, to the last bit (floating-point sums depend
-        on order), as the subset acceptance ratio of seed 002's ISS-MCMC needs. O(n log n),
+        on order), as the subset acceptance ratio of the ISS slides' (Alquier) ISS-MCMC needs. O(n log n),
         small beside the n-row passes of the summary itself.
         """
         order = np.argsort(subset, kind="stable")

@@ -163,13 +163,13 @@ class SGLDState(SubsampleStepState):
 
 @step_state(SGLDState)
 class SGLD(_SGChecks, SubsampleStep):
-    """Stochastic-gradient Langevin dynamics with variance-reduced gradients (seed 000).
+    """Stochastic-gradient Langevin dynamics with variance-reduced gradients (El hanchi 2019).
 
-    θ' = θ + ε ĝ(θ) + √(2ε) ξ (seed 000 Alg. 2; seed 004 §6.2's ε is 2× this ε).
+    θ' = θ + ε ĝ(θ) + √(2ε) ξ (El hanchi 2019 Alg. 2; Dang et al. 2019 §6.2's ε is 2× this ε).
 
     Bias: no Metropolis correction, so even with the exact gradient the stationary law
     is off by O(ε) (on N(0, σ²) its variance is σ²/(1 − ε/(2σ²))), and gradient noise
-    inflates it by about ε Cov(ĝ)/2 (seed 000 §4.2). ``noise_adjust`` removes the
+    inflates it by about ε Cov(ĝ)/2 (El hanchi 2019 §4.2). ``noise_adjust`` removes the
     second part when ĝ is Gaussian; decreasing schedules remove both asymptotically.
 
     Defaults (``step_size=None``): the dynamics run in the coordinates whitened by the
@@ -186,18 +186,18 @@ class SGLD(_SGChecks, SubsampleStep):
     step_size : float, optional
         ε (constant schedule). Default None: the rule above, in whitened coordinates.
     batch_size : int, optional
-        m, rows per gradient estimate (default ⌈√N⌉, seed 000 §3).
+        m, rows per gradient estimate (default ⌈√N⌉, El hanchi 2019 §3).
     gradient : {"plain", "cv", "saga", "is", "is-saga", "adaptive", "full"}
         Estimator (see :mod:`pymc_subsample.estimators.sg_gradients`); "adaptive" is the
-        adaptive IS-SAGA of seed 000 §5.1, "full" the exact gradient (LD).
+        adaptive IS-SAGA of El hanchi 2019 §5.1, "full" the exact gradient (LD).
     schedule : None, "constant", ("polynomial", a, b, gamma) or callable
         ε_t over inner iterations t: a (b + t)^-γ is Welling & Teh's decreasing schedule.
     preconditioner : "auto", "laplace", None or ndarray
         Precision P whose Cholesky factor whitens θ. "auto": "laplace" when ``step_size``
-        and ``schedule`` are None, else None (the seeds' unpreconditioned dynamics, where
+        and ``schedule`` are None, else None (the papers' unpreconditioned dynamics, where
         ε is in the units of θ).
     noise_adjust : bool
-        Inject N(0, 2εI − ε² Ĉov(ĝ)) instead of N(0, 2εI) (seed 000 §5.2.2, in whitened
+        Inject N(0, 2εI − ε² Ĉov(ĝ)) instead of N(0, 2εI) (El hanchi 2019 §5.2.2, in whitened
         coordinates when preconditioned); warns when that matrix is not positive definite
         (ε too large for the estimator's noise).
     thin : int, optional
@@ -287,7 +287,7 @@ class SGHMCState(SubsampleStepState):
 
 @step_state(SGHMCState)
 class SGHMC(_SGChecks, SubsampleStep):
-    """Stochastic-gradient HMC with friction, seed 004 §6.2 (Chen et al. 2014).
+    """Stochastic-gradient HMC with friction, Dang et al. 2019 §6.2 (Chen et al. 2014).
 
     Each draw resamples p ~ N(0, M) and runs ``num_steps`` steps of
     θ += ε M⁻¹p;  p += ε ĝ(θ) − ε C M⁻¹p + N(0, 2Cε), with B̂ = 0 and C = friction·I.
@@ -307,14 +307,14 @@ class SGHMC(_SGChecks, SubsampleStep):
     step_size : float, optional
         ε; default None: the rule above.
     num_steps : int, optional
-        L, gradient estimates per draw (seed 004 sets εL ≈ 1.2); default ⌈(π/2)/ε⌉, the
+        L, gradient estimates per draw (Dang et al. 2019 sets εL ≈ 1.2); default ⌈(π/2)/ε⌉, the
         trajectory after which, on N(0, I) without friction, θ equals the drawn momentum.
     friction : float
         C = friction · I.
     gradient, batch_size
         As :class:`SGLD`.
     mass_matrix : "auto", None, "laplace" or ndarray
-        M in θ: identity, the Laplace precision at θ* (seed 004 §6.4), or given. "auto":
+        M in θ: identity, the Laplace precision at θ* (Dang et al. 2019 §6.4), or given. "auto":
         whitened coordinates with unit mass when ``step_size`` is None, else identity.
     init_at_center : bool, default True
         Start each chain at a Laplace draw around θ* (see :class:`SGLD`).
@@ -353,7 +353,7 @@ class SGHMC(_SGChecks, SubsampleStep):
         if auto:
             self.step_size = sg_tuning.sghmc_step_size(_gradient_noise(self), self.friction)
         # εL = π/2: on N(0, I) with unit mass and no friction, a trajectory of length π/2 maps
-        # θ to the freshly drawn momentum, an independent draw (seed 004 uses εL ≈ 1.2)
+        # θ to the freshly drawn momentum, an independent draw (Dang et al. 2019 uses εL ≈ 1.2)
         self.num_steps = self.num_steps or max(1, math.ceil(0.5 * math.pi / self.step_size))
         self.iteration, self.started, self.diverge_warned = 0, False, False
 
@@ -392,7 +392,7 @@ class SGFSState(SubsampleStepState):
 
 @step_state(SGFSState)
 class SGFS(_SGChecks, SubsampleStep):
-    """Stochastic-gradient Fisher scoring; ``optimized=True`` is OSGFS (seed 003 Alg. 1).
+    """Stochastic-gradient Fisher scoring; ``optimized=True`` is OSGFS (El hanchi 2018 Alg. 1).
 
     OSGFS: C ← (1 − 1/i) C + (1/i) cov(batch gradients); H = NC + G (eq. 9);
     D = (k/2) H⁻¹ (eq. 10) with k from eq. (16); θ' = θ + D ĝ + N(0, 2D − (N²/|S|)DCD − DHD)
@@ -401,7 +401,7 @@ class SGFS(_SGChecks, SubsampleStep):
 
     Bias: the stationary covariance is H⁻¹ only when the posterior is Gaussian, C is
     constant and the gradient noise is Gaussian (large |S|); otherwise it is the
-    Laplace-like approximation of seed 003 §2.3. Draws before the convergence
+    Laplace-like approximation of El hanchi 2018 §2.3. Draws before the convergence
     criterion (17) first holds are recorded with ``converged = False``: drop them
     (:func:`drop_unconverged`) before summarising.
 

@@ -77,7 +77,7 @@ class SubsampleMHState(SubsampleStepState):
 
 @step_state(SubsampleMHState)
 class SubsampleMH(SubsampleStep):
-    r"""Subsampled Metropolis-Hastings (seeds 000, 001, 002, 004).
+    r"""Subsampled Metropolis-Hastings: pseudo-marginal and sequential accept tests.
 
     Parameters
     ----------
@@ -99,18 +99,18 @@ class SubsampleMH(SubsampleStep):
     error : float in (0, 1), or None for test="barker"
         Austerity, two-sample (ε) and confidence (δ): the probability that a decision
         differs from exact MH's. The sequential tests spend it over their looks, level
-        ε/(2k²) at look k (seed 002's δ_k; for the t-tests this replaces the level ε at every
-        look of seed 000 Algorithm 1, under which the decision error on hard decisions was
+        ε/(2k²) at look k (the ISS slides' (Alquier) δ_k; for the t-tests this replaces the level ε at every
+        look of El hanchi 2019 Algorithm 1, under which the decision error on hard decisions was
         1.3-7 ε, see ``benchmarks/README_subsample_mh.md``); the t-tests' guarantee holds
         under the CLT, the confidence sampler's given a valid ``range_bound``.
-        Barker (δ of seed 001, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
+        Barker (δ of Seita et al. 2017, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
         and the bound (6.4 E|Z|³ + 2 E|Z|)/√b + (correction CDF error ≈ 1.7e-5) on
         sup |P(accept) − exact Barker| is below δ. That bound is ≥ 8.4/√b, so δ = 0.01 needs
         b > 705,600 rows: below that N every step reads all rows (the exact Barker test, a
         warning says so); about (12/δ)² rows are read for Gaussian-like terms, and far more
         for heavy-tailed ones (MNIST 0/1 with an order-2 proxy: E|Z|³ ≈ 20-45, so every δ < 1
         read all N = 14,780 rows). ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1,
-        seed 001's first rule, with no control of the error.
+        Seita et al.'s (2017) first rule, with no control of the error.
     num_blocks : int
         G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
     model, center, proxy_order, chunk_size, rng, initial_point
@@ -150,7 +150,7 @@ class SubsampleMH(SubsampleStep):
         draw, sds 0.6-0.8× NUTS's) a random walk needs that many more moves; the cost per draw
         grows by the same factor. A ``thin`` you pass is kept.
     importance_probs : array (N,), optional
-        Two-sample test: importance probabilities p_k (seed 000 §5.1); default uniform.
+        Two-sample test: importance probabilities p_k (El hanchi 2019 §5.1); default uniform.
     init_at_center : bool, default True
         Start each chain at the centre θ* instead of PyMC's initial point: far from θ*
         the control variates are poor and sequential tests read most of the N rows, so
@@ -162,18 +162,18 @@ class SubsampleMH(SubsampleStep):
     -----
     Exactness (``is_exact`` is False except for test="exact"):
 
-    * pseudo-marginal: targets the perturbed posterior of seed 004 eq. 4.6, error
+    * pseudo-marginal: targets the perturbed posterior of Dang et al. 2019 eq. 4.6, error
       O(1/(N m²)) in total variation; exact when the proxy is exact (σ̂² = 0).
-    * austerity (seed 000 Alg. 1) and two-sample (§5.2.1): each decision differs from
+    * austerity (El hanchi 2019 Alg. 1) and two-sample (§5.2.1): each decision differs from
       MH's with probability ≤ ε under the CLT (union bound over the looks, levels
       ε/(2k²); measured 0.05-0.7 ε, ``benchmarks/README_subsample_mh.md``);
       the bias grows with ε and is not bounded when the CLT fails (heavy-tailed t_k).
-    * confidence (seed 002): each decision is wrong with probability ≤ δ given a valid
+    * confidence (Alquier's ISS slides): each decision is wrong with probability ≤ δ given a valid
       range bound; the stationary law is within O(δ) in TV of the posterior.
-    * barker (seed 001): sup_y |P(accept) − S(Δ − y)| ≤ δ, S the logistic CDF, up to the
-      plug-in estimate of the moments in the bound (seed 001, "Bounding acceptance
+    * barker (Seita et al. 2017): sup_y |P(accept) − S(Δ − y)| ≤ δ, S the logistic CDF, up to the
+      plug-in estimate of the moments in the bound (Seita et al. 2017, "Bounding acceptance
       probability error"); the stationary law is within δ/(1 − η) in TV of the posterior
-      for a chain contracting at rate η (seed 001, "Bounds stationary distribution").
+      for a chain contracting at rate η (Seita et al. 2017, "Bounds stationary distribution").
     * exact: full-data MH, the reference (``is_exact`` True, N evaluations per step).
 
     Stats (per draw, over its ``thin`` moves): ``accept`` is the mean of min(1, e^Δ̂) for
@@ -238,8 +238,8 @@ class SubsampleMH(SubsampleStep):
         self.test, self.error, self.use_proxy = test, None if error is None else float(error), bool(use_proxy)
         self.is_exact = test == "exact"
         if subsample_size is None:
-            # m = 1000 keeps σ̂² near 1 with order-2 proxies on most GLMs (seed 004 §6);
-            # sequential tests grow by ⌈√N⌉ rows per look (seed 000 §3.2)
+            # m = 1000 keeps σ̂² near 1 with order-2 proxies on most GLMs (Dang et al. 2019 §6);
+            # sequential tests grow by ⌈√N⌉ rows per look (El hanchi 2019 §3.2)
             subsample_size = (min(1000, n) if test == "pseudo-marginal"
                               else min(n, max(2, math.ceil(math.sqrt(n)))))
         self.subsample_size = int(subsample_size)
@@ -255,7 +255,7 @@ class SubsampleMH(SubsampleStep):
         self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
         self.init_at_center = bool(init_at_center)
         # the warm-up draws estimate the proposal's covariance only when each is this many moves
-        # from the last: with thin=1 (the seeds' chain) 100 draws of a random walk are 100 small
+        # from the last: with thin=1 (the papers' chain) 100 draws of a random walk are 100 small
         # correlated steps, and their covariance replaced a fitting Laplace one on Skin Segmentation
         self._default_thin = min(MAX_THIN, 2 * d)
         self._adapt_thin = thin is None
@@ -268,7 +268,7 @@ class SubsampleMH(SubsampleStep):
             raise ValueError("range_bound must be a callable (theta, theta_prop) -> C or 'empirical'.")
         self._range_warned = False  # the run-time range check warns once per sampler
         if test == "barker" and self.error is not None:
-            # seed 001's bound is ≥ 8.4/√b for any terms (mh_tests.BARKER_MIN_CONSTANT)
+            # Seita et al.'s (2017) bound is ≥ 8.4/√b for any terms (mh_tests.BARKER_MIN_CONSTANT)
             floor = mh_tests.BARKER_MIN_CONSTANT / math.sqrt(max(n - 1, 1)) + mh_tests.correction_error()
             if self.error <= floor:
                 warnings.warn(
@@ -592,7 +592,7 @@ def _check_bound_order(bound, proxy_order, use_proxy):
 
     The confidence sampler's terms are remainders t_k of the order-r proxy, or plain
     differences of ℓ_k without a proxy (use_proxy=False or order 0, whose constant proxy
-    cancels). A bound for another order does not bound them (seed 002; measured: a bound for
+    cancels). A bound for another order does not bound them (Alquier's ISS slides; measured: a bound for
     order 2 with an order-1 proxy was exceeded 4-40x). Bounds without a ``proxy_order``
     attribute cannot be checked here; the run-time check still applies.
     """

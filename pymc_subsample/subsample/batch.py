@@ -1,7 +1,7 @@
 """A subsample: its indices and its gathered rows.
 
 Rows are gathered once when they enter the subsample; a block update re-gathers
-only the rows of the changed block (DESIGN step 2), so an HMC-ECS iteration
+only the rows of the changed block (docs/design.md, "Rows on demand"), so an HMC-ECS iteration
 touches m/G new rows, not m. A batch made by a block update says which batch it
 came from and which positions changed (:class:`Batch`), so that per-row
 quantities cached for the old batch (a distributional regression's terms at θ*,

@@ -1,4 +1,4 @@
-"""Index samplers: which rows form the subsample u (DESIGN step 7)."""
+"""Index samplers: which rows form the subsample u (docs/design.md, "Rows on demand")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ __all__ = ["block_update", "block_slices", "uniform_with_replacement", "without_
 
 
 def uniform_with_replacement(rng, n, m):
-    """M indices iid uniform on 0..n-1 (ω_k = 1/n, seed 004 eq. 4.2)."""
+    """M indices iid uniform on 0..n-1 (ω_k = 1/n, Dang et al. 2019 eq. 4.2)."""
     return rng.integers(0, n, size=m)
 
 
@@ -28,7 +28,7 @@ def block_slices(m, num_blocks):
 
 
 def block_update(rng, idx, n, blocks):
-    """Redraw one uniformly chosen block of ``idx`` (correlation ρ ≈ 1 − 1/G, seed 004 §3.3).
+    """Redraw one uniformly chosen block of ``idx`` (correlation ρ ≈ 1 − 1/G, Dang et al. 2019 §3.3).
 
     Returns
     -------

@@ -1,8 +1,8 @@
-"""Summary statistics S for informed sub-sampling (ISS-MCMC, seed 002).
+"""Summary statistics S for informed sub-sampling (ISS-MCMC, Alquier's ISS slides).
 
 ISS weights a subset U of n rows by ν(U) ∝ exp(−ε‖Δ_n(U)‖²) where Δ_n(U) compares
 the summary statistics of the subset with those of the full data ("From sufficient
-statistics to summary statistics", seed 002). Three kinds of S are offered:
+statistics to summary statistics", Alquier's ISS slides). Three kinds of S are offered:
 
 ``MomentSummary`` ("moments")
     Per-row statistics s(y_k): every column of the row data (covariates and observed
@@ -161,14 +161,14 @@ class MapSummary:
     """MAP of the scaled sub-posterior as the summary ("Choice of summary statistics", item 3).
 
     S(Y_U) = argmax_θ (N/n) Σ_{k∈U} ℓ_k(θ) + log π(θ) (the mode of the scaled
-    sub-posterior π̄_n(θ|Y_U) of seed 002's "Definition"), and
+    sub-posterior π̄_n(θ|Y_U) of the ISS slides' (Alquier) "Definition"), and
     Δ(U) = (S(Y) − S(Y_U)) / sd.
 
     The mode is found by damped Newton iterations that always start from the full-data
     centre θ* and stop by a rule that looks only at the iterates (Newton decrement below
     ``tol`` or ``max_steps`` reached). The rows are those of U in index order (the caller
     sorts them). So the value is a deterministic function of the *set* U: the subset
-    update of ISS-MCMC accepts U' w.p. 1 ∧ exp{−ε(‖Δ_n(U')‖² − ‖Δ_n(U)‖²)} (seed 002,
+    update of ISS-MCMC accepts U' w.p. 1 ∧ exp{−ε(‖Δ_n(U')‖² − ‖Δ_n(U)‖²)} (Alquier's ISS slides,
     "ISS-MCMC", step 1.2), which is a Metropolis step on ν_{n,ε} only if Δ_n is a
     function on subsets. Starting from the current subset's mode instead (a warm
     start) makes Δ_n(U') depend on where the chain came from whenever Newton has not
