@@ -1,0 +1,63 @@
+"""Sphinx configuration of the pymc_subsample documentation."""
+
+import os
+import sys
+from datetime import date
+
+sys.path.insert(0, os.path.abspath(".."))
+
+import pymc_subsample  # noqa: E402
+
+project = "pymc_subsample"
+author = "pymc_subsample developers"
+copyright = f"{date.today().year}, {author}"
+release = pymc_subsample.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+]
+
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_default_options = {"members": False}
+autodoc_typehints = "none"
+autodoc_mock_imports = []
+numpydoc_show_class_members = False
+numpydoc_validation_checks = set()
+numpydoc_xref_param_type = False
+
+html_theme = "pydata_sphinx_theme"
+html_title = "pymc_subsample"
+html_static_path = []
+html_theme_options = {
+    "navigation_depth": 3,
+    "show_toc_level": 2,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": [],
+}
+html_context = {"default_mode": "light"}
+
+
+def _escape_bars(app, what, name, obj, options, lines):
+    """Docstrings write |x| for absolute values and norms; reST would read a substitution."""
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        grid_row = stripped.startswith("|") and stripped.endswith("|") and stripped.count("|") >= 3
+        if "|" in line and not grid_row and not stripped.startswith(("+-", "+=")):
+            lines[i] = line.replace("\\|", "|").replace("|", "\\|")
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _escape_bars, priority=400)
