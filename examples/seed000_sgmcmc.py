@@ -13,7 +13,7 @@ importance probabilities, ε = 0.01, §5.2.1, Fig. 12) with the seed's proposal 
 full-data PyMC NUTS. Oracle calls: per-row gradients (SG methods, SAGA's initial pass included)
 or per-row likelihood evaluations (MH).
 
-The finding this reproduces from ``benchmarks/README_sgmcmc.md``: at our feature scaling (PCA
+The finding this reproduces from ``benchmarks/README.md``: at our feature scaling (PCA
 scores of [0, 1] pixels, sd 4.0 … 0.9) the seed's ε = 0.005 makes every stochastic-gradient
 variant diverge, the modified SGLD included, although full MH with σ = 0.1 accepts 0.33 as in the
 seed. ``--scales`` runs the same experiment on features multiplied by each factor. At ×0.25

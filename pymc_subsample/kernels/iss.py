@@ -60,7 +60,7 @@ def resolve_swap_size(swap_size, n: int, n_rows: int) -> int:
     ~1/√(2ε) per coordinate, as √r. That spread is the spread of the subsets' scaled
     sub-posteriors, i.e. the widening of the θ-marginal, while the number of accepted
     moves needed to cross ν_{n,ε} — (spread / step)² — does not depend on r. Measured
-    (benchmarks/README_iss.md): the former default r = n // 100 (10 rows at n = 1000)
+    (benchmarks/README.md): the former default r = n // 100 (10 rows at n = 1000)
     left the AR(2) σ-marginal at N = 10⁶ 1.54× too wide with the "map" summary and 5.5×
     with "moments"; r = 1 gave 1.02× and 1.45×, at the same refresh rate and cost.
     """

@@ -125,7 +125,7 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
         full-data NUTS and largest sd ratios of 2.4–6.5, with bulk ESS 1–10; the defaults
         ("map", swap 1) kept means within 0.30 sd and sds within 0.86–1.29×, with ESS
         141–190 in 3000 draws, for 2–3.5× the time per iteration
-        (benchmarks/README_iss.md).
+        (benchmarks/README.md).
     swap_size : int, optional
         Rows exchanged per subset proposal; default 1 (see ``kernels.iss.resolve_swap_size``:
         at a given refresh rate a swap of r rows lets ε be only ~1/r as large, and widens

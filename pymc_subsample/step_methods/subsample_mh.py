@@ -101,7 +101,7 @@ class SubsampleMH(SubsampleStep):
         differs from exact MH's. The sequential tests spend it over their looks, level
         ε/(2k²) at look k (the ISS slides' (Alquier) δ_k; for the t-tests this replaces the level ε at every
         look of El hanchi 2019 Algorithm 1, under which the decision error on hard decisions was
-        1.3-7 ε, see ``benchmarks/README_subsample_mh.md``); the t-tests' guarantee holds
+        1.3-7 ε, see ``benchmarks/README.md``); the t-tests' guarantee holds
         under the CLT, the confidence sampler's given a valid ``range_bound``.
         Barker (δ of Seita et al. 2017, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
         and the bound (6.4 E|Z|³ + 2 E|Z|)/√b + (correction CDF error ≈ 1.7e-5) on
@@ -166,7 +166,7 @@ class SubsampleMH(SubsampleStep):
       O(1/(N m²)) in total variation; exact when the proxy is exact (σ̂² = 0).
     * austerity (El hanchi 2019 Alg. 1) and two-sample (§5.2.1): each decision differs from
       MH's with probability ≤ ε under the CLT (union bound over the looks, levels
-      ε/(2k²); measured 0.05-0.7 ε, ``benchmarks/README_subsample_mh.md``);
+      ε/(2k²); measured 0.05-0.7 ε, ``benchmarks/README.md``);
       the bias grows with ε and is not bounded when the CLT fails (heavy-tailed t_k).
     * confidence (Alquier's ISS slides): each decision is wrong with probability ≤ δ given a valid
       range bound; the stationary law is within O(δ) in TV of the posterior.
