@@ -1,5 +1,6 @@
 """Sphinx configuration of the pymc_subsample documentation."""
 
+import inspect
 import os
 import sys
 from datetime import date
@@ -23,6 +24,7 @@ extensions = [
     "numpydoc",
 ]
 
+templates_path = ["_templates"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
@@ -59,5 +61,18 @@ def _escape_bars(app, what, name, obj, options, lines):
             lines[i] = line.replace("\\|", "|").replace("|", "\\|")
 
 
+def _constructor_signature(app, what, name, obj, options, signature, return_annotation):
+    """Step methods take their arguments in ``__init__``; PyMC's ``__new__`` shows only (*args, **kwargs)."""
+    if what != "class" or signature != "(*args, **kwargs)" or "__init__" not in vars(obj):
+        return None
+    sig = inspect.signature(obj.__init__)
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in list(sig.parameters.values())[1:]]
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty)), None
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _escape_bars, priority=400)
+    app.connect("autodoc-process-signature", _constructor_signature)
+
+# pages without sub-pages need no left sidebar
+html_sidebars = {page: [] for page in ("index", "getting-started", "design", "benchmarks", "references")}
