@@ -1,4 +1,4 @@
-"""pms.compare: a report that leads with cost, then agreement, in under 100 columns (issue 13)."""
+"""pms.compare: a report that leads with cost, then agreement, in under 100 columns."""
 
 from types import SimpleNamespace
 

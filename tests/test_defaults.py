@@ -1,6 +1,6 @@
 """Every step method with no arguments on the zoo GLMs (X and y as pm.Data) agrees with full-data NUTS.
 
-Issue 11's must-show. Each pairing is one method on one model at N = 20,000 (the whole
+Each pairing is one method on one model at N = 20,000 (the whole
 grid at N = 100,000 is ``benchmarks/defaults.py``, its table in benchmarks/README.md).
 Agreement is MCSE-scaled (:func:`zoo.agreement`) after a minimum-ESS assertion.
 """

@@ -118,8 +118,8 @@ def test_prior_depending_on_rows():
 
 
 def test_missing_observed_values_get_our_error_not_a_shape_dump():
-    # PyMC turns NaN in an observed numpy array into imputed free variables; before issue 10 the
-    # step then failed with a PyTensor shape-mismatch dump after a misleading O(m²) warning
+    # PyMC turns NaN in an observed numpy array into imputed free variables; without our check the
+    # step would fail with a PyTensor shape-mismatch dump after a misleading O(m²) warning
     X, y = logistic_data(200, 2)
     y = y.astype(float)
     y[[3, 17]] = np.nan
@@ -137,7 +137,7 @@ def test_missing_observed_values_get_our_error_not_a_shape_dump():
 
 
 def test_bad_subsample_size_is_reported_before_any_set_up(monkeypatch):
-    # the argument check must not cost the user the set-up (35 s before issue 10)
+    # the argument check must not cost the user the set-up (35 s on a model of this size)
     import pymc_subsample as pms
     from pymc_subsample.model import tall as tall_module
 

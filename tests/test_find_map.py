@@ -32,7 +32,7 @@ def test_find_map_prints_one_summary_line_as_documented(capsys):
 
 
 def test_default_centre_is_documented_as_what_the_code_does():
-    # issue 11 item 8: center=None is the subset MAP + one Newton step of find_center, not find_map
+    # center=None is the subset MAP + one Newton step of find_center, not find_map
     from pymc_subsample.control_variates.center import find_center
     from pymc_subsample.step_methods.base import SubsampleStep
 

@@ -262,7 +262,7 @@ def test_rows_computed_exactly_are_chosen_over_all_rows_before_a_draw_is_kept(sm
 
 
 def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logistic, monkeypatch):
-    # issue 11, audit item 5: the stat is σ̂² at θ^(j-1) with the subsample kept by the u-update,
+    # the stat is σ̂² at θ^(j-1) with the subsample kept by the u-update,
     # the proposed one when accepted and the old one when rejected, never a previous θ's value
     with small_logistic:
         step = pms.HMCECS(subsample_size=30, num_blocks=3, proxy_order=1, rng=1)

@@ -424,7 +424,7 @@ def _far_off(result):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [pytest.param("linear", marks=pytest.mark.heavy), "poisson_offset"])
 def test_default_iss_agrees_with_full_data_nuts_or_warns(name):
-    # issue 11: pms.ISS() with no arguments on ordinary GLMs was 3–9 sds off, silently.
+    # pms.ISS() with no arguments on ordinary GLMs must not be 3–9 sds off silently.
     # Now it must either agree with full-data NUTS (min ESS, MCSE-scaled z, sd within ISS's
     # stated 1.5×) and stay silent, or, when far off, say so.
     result, laplace = _iss_against_nuts(name, draws=1000, tune=100)  # thin = 2d iterations a draw

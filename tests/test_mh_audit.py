@@ -1,4 +1,4 @@
-"""Issue 11 audit of SubsampleMH's accept tests: what `error` controls, and range-bound checks.
+"""Audit of SubsampleMH's accept tests: what `error` controls, and range-bound checks.
 
 * Barker (seed 001, "Algorithm"): `error` is δ, the bound on the acceptance-probability
   error; a smaller δ reads more rows and comes closer to the exact Barker probability.

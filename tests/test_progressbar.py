@@ -1,4 +1,4 @@
-"""Issue 13: the subsampling steps' columns in PyMC's live progress bar.
+"""The subsampling steps' columns in PyMC's live progress bar.
 
 Through the hooks PyMC's own progress bar reads (``step._progressbar_config(n_chains)`` and
 ``step._make_progressbar_update_functions()``), on the stats of real draws, and on the bar

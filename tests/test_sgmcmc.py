@@ -275,7 +275,7 @@ def test_sgld_polynomial_schedule(glm):
 
 @pytest.mark.parametrize("order", [0, 1, 2])
 def test_laplace_mass_matrix_includes_the_data_for_every_proxy_order(glm, order):
-    # issue 11, audit item 6: with proxy_order < 2, mass_matrix="laplace" used the prior alone
+    # with proxy_order < 2, mass_matrix="laplace" used the prior alone
     # (diagonal 1/1/1 where the data give ~300). One computation, right for every order: on a
     # Gaussian linear model the Laplace precision is the exact posterior precision.
     model, mean, cov = glm
@@ -442,7 +442,7 @@ def test_skin_sgld_cv(skin):
 @pytest.mark.heavy
 def test_skin_osgfs(skin):
     """OSGFS with its defaults (|S| = cN/(4−c) = 6,284 rows, thin = 10, start at θ*) within
-    0.2 sd of full-data NUTS on Skin Segmentation, as in seed 003's Fig. 1 (issue 11)."""
+    0.2 sd of full-data NUTS on Skin Segmentation, as in El hanchi (2018), Fig. 1."""
     import arviz as az
 
     model, _, ref_mean, ref_sd = skin

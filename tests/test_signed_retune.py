@@ -1,4 +1,4 @@
-"""Signed HMC-ECS re-chooses λ and a at the chain's own warm-up draws (issue 11, audit item 1)."""
+"""Signed HMC-ECS re-chooses λ and a at the chain's own warm-up draws."""
 
 import numpy as np
 import pymc as pm

@@ -1,4 +1,4 @@
-"""pms.Data: rows that stay where they are (npy memmap, zarr, Dask), read on demand (issue 12)."""
+"""pms.Data: rows that stay where they are (npy memmap, zarr, Dask), read on demand."""
 
 import importlib.util
 import pickle

@@ -1,4 +1,4 @@
-"""The model zoo (DESIGN.md): rows on demand, estimator gradients and compiled graphs on the
+"""The model zoo (tests/zoo.py): rows on demand, estimator gradients and compiled graphs on the
 models PyMC users write, with X and y as pm.Data; the defaults' choices on them. Agreement with
 full-data NUTS: test_zoo_agreement.py."""
 

@@ -1,4 +1,4 @@
-"""HMCECS and SubsampleMH with their defaults against full-data NUTS on the model zoo (DESIGN.md),
+"""HMCECS and SubsampleMH with their defaults against full-data NUTS on the model zoo (tests/zoo.py),
 X and y as pm.Data: MCSE-scaled z and sd ratios after a minimum ESS (:func:`zoo.agrees`)."""
 
 import warnings
@@ -89,7 +89,7 @@ def test_both_samplers_agree_with_nuts_on_the_noncentred_hierarchical_model():
 
 
 def _bambi_model(bmb, n, seed=0):
-    """A Bambi formula with a categorical term and a group intercept (issue 10's zoo item 3)."""
+    """A Bambi formula with a categorical term and a group intercept (a zoo item)."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)

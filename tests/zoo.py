@@ -1,4 +1,4 @@
-"""The model zoo of DESIGN.md: the models PyMC users write, with X and y as ``pm.Data``.
+"""The model zoo (docs/guide/models.md): the models PyMC users write, with X and y as ``pm.Data``.
 
 Each builder takes N and a seed and returns a fresh ``pm.Model`` on synthetic data drawn
 from the model itself. Tests (``tests/test_zoo.py``) and ``benchmarks/zoo.py`` share them.
@@ -149,8 +149,8 @@ def student_t(n, seed=0):
 
 def zero_inflated_poisson(n, seed=0):
     """A mixture likelihood: PyMC writes ZeroInflatedPoisson as a Mixture of a point mass at 0 and
-    a Poisson, whose log-density joins its components' (beyond DESIGN's zoo: a model of 2026-11-27's
-    trial that did not set up)."""
+    a Poisson, whose log-density joins its components' (a mixture model that once
+    did not set up)."""
     rng = np.random.default_rng(seed)
     X = _design(rng, n, 2)
     mu = np.exp(0.5 + X @ [0.3, -0.2])
@@ -293,7 +293,7 @@ def two_data_sets(n, seed=0):
     return model
 
 
-#: models beyond DESIGN's zoo that the benchmarks take by name too (tests use them where they say)
+#: models beyond the core zoo that the benchmarks take by name too (tests use them where they say)
 BEYOND_ZOO = {"two_data_sets": two_data_sets, "crossed_effects": crossed_effects}
 
 
