@@ -59,7 +59,7 @@ def run(model, make_step, draws, tune, seed=1):
     row["evals_per_ess_draws"] = float(stats.n_loglik_evals.sum()) / ess
     if "n_switches" in stats:
         row["efficiency"] = float(stats.n_switches.sum()) / max(float(stats.n_proposed_switches.sum()), 1.0)
-    if "sign" in stats:  # signed HMCECS: sign-weighted moments (seed 004 eq. 5.3)
+    if "sign" in stats:  # signed HMCECS: sign-weighted moments (Dang et al. 2019 eq. 5.3)
         weighted = pms.sign_weighted(idata, var_names=["beta"])
         row["mean"], row["sd"] = weighted["mean"].values, weighted["sd"].values
     return row

@@ -1,4 +1,4 @@
-"""ISS-MCMC on the AR(2) model of seed 002 ("Example 2: Auto regressive model").
+"""ISS-MCMC on the AR(2) model of Alquier's ISS slides ("Example 2: Auto regressive model").
 
 y_t = θ1 y_{t-1} + θ2 y_{t-2} + ζ_t, ζ_t ~ N(0, θ3²), N = 10^6 simulated rows (the two
 lags are the columns of a pm.Data matrix), priors θ1,2 ~ N(0, 10²), θ3 ~ HalfNormal(5).

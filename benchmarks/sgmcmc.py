@@ -1,13 +1,13 @@
-"""Benchmark of the stochastic-gradient family (seed 000 §2-§5, seed 003 §3).
+"""Benchmark of the stochastic-gradient family (El hanchi 2019 §2-§5, El hanchi 2018 §3).
 
-1. MNIST 0 vs 1, 10 principal components, no intercept, N(0, I) prior (seed 000 §2):
+1. MNIST 0 vs 1, 10 principal components, no intercept, N(0, I) prior (El hanchi 2019 §2):
    ε = 0.005, batch ⌈√N⌉ = 122, 5000 iterations from the mode, for LD (full gradient),
    SGLD, SAGA-LD, IS-LD, IS-SAGA-LD and adaptive IS-SAGA-LD with noise adjustment.
    Reports the 2-norm error of the running mean and variance against full-data NUTS as
    a function of gradient-oracle calls (per-row gradient evaluations, SAGA's initial
    full pass included), and the gradient-estimator variance tr Cov(ĝ) per method
-   at ε = 5e-3 and 5e-4 (seed 000 Table 1).
-2. OSGFS (seed 003 Alg. 1) on Skin Segmentation (against the stored NUTS reference)
+   at ε = 5e-3 and 5e-4 (El hanchi 2019 Table 1).
+2. OSGFS (El hanchi 2018 Alg. 1) on Skin Segmentation (against the stored NUTS reference)
    and cod-rna (against the Laplace approximation at the full-data MAP).
 
 Run:  python benchmarks/sgmcmc.py [--data ../shared/data] [--out DIR] [--parts mnist,osgfs]
@@ -89,7 +89,7 @@ def mnist_benchmark(data_dir, iterations, out):
     results = {"N": n, "d": X.shape[1], "batch": batch, "nuts_seconds": t_nuts, "runs": {},
                "ref_mean_norm": float(np.linalg.norm(ref_mean)),
                "ref_var_norm": float(np.linalg.norm(ref_var))}
-    for eps in (5e-3, 5e-4):  # the seed's ε, and the ε of its Table 1 where SAGA starts to help
+    for eps in (5e-3, 5e-4):  # the paper's ε, and the ε of its Table 1 where SAGA starts to help
         runs = results["runs"][f"{eps:g}"] = {}
         for label, kw in METHODS:
             extra = {"lipschitz": lip} if kw["gradient"] in ("is", "is-saga", "adaptive") else {}
@@ -190,7 +190,7 @@ def main():
     results = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()}, "
                           "2 cores, no GPU", "python": platform.python_version(), "pymc": pm.__version__}
     if "mnist" in parts:
-        print("MNIST 0/1, 10 PCs (seed 000 §2)")
+        print("MNIST 0/1, 10 PCs (El hanchi 2019 §2)")
         results["mnist"] = mnist_benchmark(args.data, args.iterations, args.out)
     if "osgfs" in parts:
         results.update(osgfs_runs(args.data))

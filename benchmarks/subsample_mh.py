@@ -1,4 +1,4 @@
-"""Subsampled MH on MNIST 0 vs 1 (seed 000 §3.2 and §5.2.3 set-up): error against cost.
+"""Subsampled MH on MNIST 0 vs 1 (El hanchi 2019 §3.2 and §5.2.3 set-up): error against cost.
 
 Logistic regression on the first 10 principal components of the MNIST digits 0 and 1
 (N = 14,780, d = 10, no intercept), prior N(0, I), every chain started at the mode,
@@ -46,7 +46,7 @@ def build_model(X, y):
 
 
 def reference(model, draws, seed=0):
-    """Full-data NUTS, 2 chains: the ground truth (seed 000 used 50,000 MALA-like HMC draws)."""
+    """Full-data NUTS, 2 chains: the ground truth (El hanchi 2019 used 50,000 MALA-like HMC draws)."""
     start = time.perf_counter()
     with model:
         idata = pm.sample(draws=draws, tune=1000, chains=2, cores=1, random_seed=seed,
@@ -57,7 +57,7 @@ def reference(model, draws, seed=0):
 
 
 def run(model, test, iters, center, X, batch, bound=None, seed=1):
-    # thin=1: one move per draw, the seeds' chain (the default thin is 2d moves per draw)
+    # thin=1: one move per draw, the papers' chain (the default thin is 2d moves per draw)
     kwargs = dict(test=test, proposal="random-walk", scale=0.1, adapt_scale=False, error=0.01, thin=1,
                   center=center, subsample_size=batch)
     if bound == "logistic":  # rigorous GLM bound (valid: θ is exactly the coefficient vector)
@@ -115,7 +115,7 @@ def main():
 
     start = time.perf_counter()
     with model:
-        center = find_map(progressbar=False)["beta"]  # seed 000: chains start at the mode
+        center = find_map(progressbar=False)["beta"]  # El hanchi 2019: chains start at the mode
     print(f"MAP in {time.perf_counter() - start:.1f}s")
     results = {}
     header = (f"{'method':<16}{'accept':>8}{'data/iter':>11}{'evals/iter':>12}{'total evals':>13}"
