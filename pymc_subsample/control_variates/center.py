@@ -101,24 +101,24 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     et al.). The subset MAP is ~sqrt(N/n) posterior sds from the mode. Newton steps with the
     full-data gradient and the subset's Hessian scaled by N/n (one gradient pass over the rows
     each; the subset's Hessian costs one chunk) bring it within :data:`CENTER_TOLERANCE` posterior
-    sds, where full-data L-BFGS would need 15-25 passes: each step shrinks the distance by about
-    the subset Hessian's relative error (measured at N = 10⁶, d = 30: one step left the centre
-    0.8 sds from the mode, the steps to the tolerance 0.004 sds). Where a pass with the full-data
-    Hessian costs about a gradient pass (:func:`hessian_passes_are_cheap`: the GLMs of ≤ 8
-    parameters on the η path), the steps are exact Newton steps corrected to third order by the
-    subset (:func:`_third_order_correction`): two passes, the second at the centre and the proxy's
-    own (:func:`~pymc_subsample.model.chunks.remembered_passes`), where three were made before.
-    Where the rows are affine in a row-free φ(θ) (a non-centred hierarchical model, whose log
-    posterior is not concave in θ), the steps are taken in φ instead (:func:`_expansion_steps`),
-    with B over all rows, corrected by the subset likewise where it has at least
-    :data:`MIN_ROWS_PER_GROUP` rows per group. If the steps do not improve the log posterior, an
-    exact Newton step, then full-data L-BFGS, take over; where a Hessian on the way was not
-    negative definite, L-BFGS from the best point seen, at once.
+    sds in fewer passes than full-data L-BFGS: each step shrinks the distance by about the subset
+    Hessian's relative error. Where a pass with the full-data Hessian costs about a gradient pass
+    (:func:`hessian_passes_are_cheap`: the GLMs of ≤ 8 parameters on the η path), the steps are
+    exact Newton steps corrected to third order by the subset (:func:`_third_order_correction`):
+    two passes, the second at the centre and the proxy's own
+    (:func:`~pymc_subsample.model.chunks.remembered_passes`). Where the rows are affine in a
+    row-free φ(θ) (a non-centred hierarchical model, whose log posterior is not concave in θ), the
+    steps are taken in φ instead (:func:`_expansion_steps`), with B over all rows, corrected by the
+    subset likewise where it has at least :data:`MIN_ROWS_PER_GROUP` rows per group. If the steps do
+    not improve the log posterior, an exact Newton step, then full-data L-BFGS, take over; where a
+    Hessian on the way was not negative definite, L-BFGS from the best point seen, at once.
     """
     if tall.n_rows <= 2 * warm_rows:
         theta, _ = find_map_theta(tall, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
         return theta
     rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
+    # measured at N = 10⁶, d = 30: full-data L-BFGS needed 15-25 passes; one subset-Hessian step
+    # left the centre 0.8 sds from the mode, the steps to the tolerance 0.004 sds
     start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
     view = tall.regression_view if tall.uses_eta_sums() else None
     if view is not None and view.phi is not None:
@@ -222,21 +222,23 @@ def _expansion_steps(tall, coordinates, start, rows, chunk_size, correction_rows
     φ is a row-free φ(θ) that the rows are affine in (:class:`PhiCoordinates`, a non-centred
     hierarchical model) or θ itself (:class:`ThetaCoordinates`, where the prior is not concave).
     Why: such a log posterior is not concave in θ (τ z; a centred a ~ N(μ, σ)), so the Newton steps
-    of :func:`_subset_newton_steps` can fail, and full-data L-BFGS took 11-12 passes (non-centred
-    at 10⁶ rows: 0.6 s of a 1.3 s set-up; centred at 10⁷: 1.7 s). The expansion keeps the
-    non-concave part exact (φ's own non-linearity, the prior) and is second order in the rows' η
-    only, so each step contracts the distance to the mode by about the subset B's relative error,
-    as the Newton steps in θ do for a concave model; the optimiser's many evaluations cost no rows.
-    With B over all rows (``rows`` None: a pass with B costs 1.4 gradient passes in φ on the
-    non-centred model, r = 21, with the set-up's sums as matrix products) each step is exact to
-    second order in η, and with ``correction_rows`` it is corrected to third order
-    (:func:`_corrected_sums`): at 10⁶ rows 2 passes with B (33 → 0.018 sds), the second the proxy's,
-    against 3 gradient passes with the subset's B and the proxy's pass (0.45 s for the centre).
+    of :func:`_subset_newton_steps` can fail, and full-data L-BFGS takes many passes. The expansion
+    keeps the non-concave part exact (φ's own non-linearity, the prior) and is second order in the
+    rows' η only, so each step contracts the distance to the mode by about the subset B's relative
+    error, as the Newton steps in θ do for a concave model; the optimiser's many evaluations cost no
+    rows.
+    With B over all rows (``rows`` None; the set-up's sums as matrix products) each step is exact
+    to second order in η, and with ``correction_rows`` it is corrected to third order
+    (:func:`_corrected_sums`), so that the second pass with B is the proxy's.
 
     Returns (θ within :data:`CENTER_TOLERANCE` posterior sds of the mode as the expansion predicts
     it, or None where a step lowered the log posterior or the steps did not converge; the best θ
     seen). The predicted distance is √(2·gain) of the expansion's maximum over θ_j.
     """
+    # measured: full-data L-BFGS took 11-12 passes (non-centred at 10⁶ rows: 0.6 s of a 1.3 s
+    # set-up; centred at 10⁷: 1.7 s). On the non-centred model (r = 21) a pass with B costs 1.4
+    # gradient passes in φ; at 10⁶ rows 2 passes with B and the correction reach the centre
+    # (33 → 0.018 sds), against 3 gradient passes with the subset's B and the proxy's pass
     theta = best = np.asarray(start, dtype=float)
     best_value, last_distance = -np.inf, None
     for _ in range(max_steps):
@@ -287,10 +289,10 @@ def _corrected_sums(tall, coordinates, theta, new_theta, linear, quadratic, rows
     """Full-data A and B at ``new_theta`` predicted from their exact values at θ and the change of
     the subset ``rows``' own (scaled by N/n) beyond the expansion: A' = A + BΔφ + (N/n)(A_s' − A_s −
     B_sΔφ), B' = B + (N/n)(B_s' − B_s). The subset estimates only the third-order change, so its
-    relative error multiplies the distance left after an exact step (non-centred zoo model at 10⁶
-    rows: 33 → 0.59 sds after one step, → within the tolerance after the corrected one: 2 full
-    passes where the step without the correction needed a third, the proxy's).
+    relative error multiplies the distance left after an exact step.
     """
+    # measured on the non-centred zoo model at 10⁶ rows: 33 → 0.59 sds after one step, within the
+    # tolerance after the corrected one: 2 full passes, where without the correction a third was needed
     scale = tall.n_rows / len(rows)
     delta = coordinates.value(new_theta) - coordinates.value(theta)
     _, subset_linear, subset_quadratic = coordinates.full_pass(theta, rows)
@@ -300,8 +302,9 @@ def _corrected_sums(tall, coordinates, theta, new_theta, linear, quadratic, rows
     return new_linear, quadratic + scale * (new_subset_quadratic - subset_quadratic)
 
 
+# measured with 1,000 groups at 10⁶ rows: 8 passes with a radius of 2, 6 with 4
 #: the largest step along one coordinate of φ (a group effect: η's own scale) that an expansion is
-#: trusted with, where its curvature there is weak (1,000 groups at 10⁶ rows: 8 passes with 2, 6 with 4)
+#: trusted with, where its curvature there is weak
 TRUST_RADIUS = 4.0
 
 
@@ -311,10 +314,12 @@ def _trust_region(linear, quadratic):
 
     Where the expansion point sits where the rows saturate (a group whose subset rows were all 0 at
     the subset MAP: p(1 − p) ≈ 0), B is nearly flat along that group while the full-data gradient A
-    pulls hard, and the expansion's maximum was far off (1,000 groups, 10⁵ rows: log posterior
-    −64,526 → −82,714): the steps failed, and full-data L-BFGS took 48 passes. The damping leaves
-    the fixed point as it is (Δφ = 0 there) and is inactive near the mode, where the steps are small.
+    pulls hard, and the undamped expansion's maximum is far off, so that the steps fail and
+    full-data L-BFGS takes over. The damping leaves the fixed point as it is (Δφ = 0 there) and is
+    inactive near the mode, where the steps are small.
     """
+    # measured undamped with 1,000 groups, 10⁵ rows: log posterior −64,526 → −82,714, the steps
+    # failed and full-data L-BFGS took 48 passes
     diagonal = np.diag(quadratic)
     floor = -np.abs(linear) / TRUST_RADIUS
     damping = np.minimum(floor - diagonal, 0.0)  # ≤ 0: only ever more curvature
@@ -347,13 +352,14 @@ def hessian_passes_are_cheap(tall) -> bool:
     that the centre's Newton steps take the exact Hessian in the pass they make anyway.
 
     A distributional regression of at most :data:`JACOBIAN_GRADIENT_MAX_D` parameters reads both from
-    the same row terms and η's Jacobian (10⁶ rows: 1.03-1.45 gradient passes on the zoo's GLMs). An
+    the same row terms and η's Jacobian. An
     exact step from the subset MAP (~√(N/n) posterior sds from the mode) lands within the tolerance,
     where the subset's Hessian contracts the distance only by its relative error; and the pass at
     the centre is then the proxy's own (:func:`~pymc_subsample.model.chunks.remembered_passes`).
-    Elsewhere a Hessian pass is d Hessian-vector products, or O(m d²) products of η's Jacobian
-    (a centred hierarchical model, d = 24: 4.5 gradient passes).
+    Elsewhere a Hessian pass is d Hessian-vector products, or O(m d²) products of η's Jacobian.
     """
+    # measured at 10⁶ rows: a Hessian pass costs 1.03-1.45 gradient passes on the zoo's GLMs,
+    # 4.5 on a centred hierarchical model (d = 24)
     return tall.uses_eta_sums() and tall.ndim <= JACOBIAN_GRADIENT_MAX_D
 
 
@@ -412,14 +418,16 @@ def _third_order_correction(tall, theta, step, hessian, prior_grad, prior_hessia
     prior estimate it: r = ∇log p̃(θ − s) − ∇log p̃(θ) + H̃(θ) s ≈ ½ T[s, s], and the corrected point
     is θ − s − H(θ)⁻¹ r (a Chebyshev step, third order where Newton's is second).
 
-    Why: from the subset MAP (~√(N/n) posterior sds from the mode: a decrement of 17-18 on the zoo's
-    GLMs at 10⁶ rows) one exact step leaves 0.12-0.17 sds, above :data:`CENTER_TOLERANCE`, so a
-    third full pass was made; the correction costs two small passes over the subset, and the
-    pass that then confirms the centre is also the proxy's. The subset needs only estimate r, a
-    second-order term, so its relative error (~2% at 20,000 rows) enters the distance as a product
-    with 0.17. A correction larger than half the step is not trusted: θ − s is returned.
+    Why: from the subset MAP (~√(N/n) posterior sds from the mode) one exact step can leave the
+    centre above :data:`CENTER_TOLERANCE`, which would take a third full pass; the correction costs
+    two small passes over the subset, and the pass that then confirms the centre is also the
+    proxy's. The subset needs only estimate r, a second-order term, so its relative error enters the
+    distance as a product with the distance left by the exact step. A correction larger than half
+    the step is not trusted: θ − s is returned.
     ``hessian``: H(θ); ``prior_grad``, ``prior_hessian``: the log prior's at θ.
     """
+    # measured on the zoo's GLMs at 10⁶ rows: a decrement of 17-18 at the subset MAP, 0.12-0.17 sds
+    # after one exact step; the subset's relative error is ~2% at 20,000 rows
     scale = tall.n_rows / len(rows)
     new = theta - step
     _, grad, subset_hessian = chunked_sum(tall, tall.loglik_sum_value_grad_hessian, theta, rows=rows,

@@ -53,10 +53,10 @@ from pymc_subsample.model.triangular import (
 __all__ = ["TallModel", "as_tall_model", "observation_axis_length", "observation_lengths"]
 
 _CHECK_ROWS = 6  # rows used by the row-independence check at construction
+# measured: with J from one vectorised call of η per chunk, the η path's set-up is the faster at
+# 10⁷ rows too (d = 31: 14.0 against 18.7 s from npy, 66.3 against 72.2 s from zarr), hence no limit
 #: a distributional regression of up to this many rows takes its set-up Σ H_k from η
-#: (TallModel.regression_view); None: any number. It was 10⁶ while J took d + 1 calls of η per
-#: chunk; with one vectorised call the η path is the faster at 10⁷ rows too (d = 31: set-up 14.0
-#: against 18.7 s from npy, 66.3 against 72.2 s from zarr)
+#: (TallModel.regression_view); None: any number
 ETA_HESSIAN_MAX_ROWS = None
 
 
@@ -203,10 +203,11 @@ class TallModel:
 
     def _rows_directional_graphs(self):
         """(J v)_k = ∇ℓ_k(θ)ᵀv and (uᵀH_k v) for every row k, each O(m), built on first use: a
-        distributional regression never asks for them, and building both forward-mode graphs
-        took 0.08 s of every construction (Bambi form, warm).
+        distributional regression never asks for them, and building both forward-mode graphs is a
+        cost every construction would otherwise pay.
         """
         shared = self._shared()
+        # measured: building both graphs took 0.08 s of every construction (Bambi form, warm)
         if shared._rows_directional is None:
             jvp = directional_derivative(self.batch_loglik, self.theta, self.direction)
             shared._rows_directional = (jvp, directional_derivative(jvp, self.theta, self.direction2))
@@ -281,15 +282,17 @@ class TallModel:
     def prior_value_and_grad(self, theta, *, setup=False):
         """Log p(theta) (with transforms' Jacobians) and its gradient.
 
-        By default from a small compiled function of its own (about 7 µs a call), for samplers that
-        call it every iteration. ``setup=True``, for the set-up's ~100-250 calls (the centre's
-        optimiser, the prior Hessian's differences), takes them from the set-up function instead,
-        which set-up code compiles anyway (about 50 µs a call). A distributional regression, whose
-        set-up sums come from η, has no set-up function: there they come from the same graph on
-        PyTensor's Python linker (:data:`~pymc_subsample.model.compile.PYTHON_LINKER_ARRAYS`),
-        nothing compiled: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
-        against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up.
+        By default from a small compiled function of its own, for samplers that call it every
+        iteration. ``setup=True``, for the set-up's calls (the centre's optimiser, the prior
+        Hessian's differences), takes them from the set-up function instead, which set-up code
+        compiles anyway. A distributional regression, whose set-up sums come from η, has no set-up
+        function: there they come from the same graph on PyTensor's Python linker
+        (:data:`~pymc_subsample.model.compile.PYTHON_LINKER_ARRAYS`), nothing compiled, since
+        compiling the prior costs more at set-up than its few calls in Python.
         """
+        # measured: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
+        # against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up; the
+        # sampler's own compiled function is about 7 µs a call, the set-up function's about 50 µs
         if setup and not self.uses_eta_sums():
             if self._prior_batch is None:
                 self._prior_batch = self.gather(np.zeros(1, dtype=int))
@@ -306,10 +309,12 @@ class TallModel:
         """Hessian of log p(theta) on the unconstrained scale, shape (d, d).
 
         Central differences of the compiled prior gradient (2d calls of a d-vector function),
-        symmetrised: a separately compiled Hessian graph cost 3 s of a fresh machine's first run
-        for a d×d matrix used twice at set-up (Newton step, Laplace precision). The step
-        h = 1e-5·max(1, |θ_j|) leaves a relative error of about 1e-10 on smooth priors.
+        symmetrised: a separately compiled Hessian graph costs more compile time at set-up than the
+        2d gradient calls it replaces, for a d×d matrix used twice at set-up (Newton step, Laplace
+        precision). The step h = 1e-5·max(1, |θ_j|) leaves a relative error of about 1e-10 on
+        smooth priors.
         """
+        # measured: a separately compiled Hessian graph cost 3 s of a fresh machine's first run
         gradients = None
         if self.ndim >= VECTORISED_MIN_D:  # a hierarchical model's many groups: few vectorised calls
             if "prior_gradients" not in self._functions:
@@ -475,13 +480,13 @@ class TallModel:
         else None.
 
         Up to :data:`ETA_HESSIAN_MAX_ROWS` rows (any number by default) its set-up sums come from η
-        (:meth:`uses_eta_sums`): 9 fewer C modules of 41 on a logistic regression's first run,
-        about 4 s (1.6× → 1.1× NUTS's cold start), and with J from one vectorised call of η per
-        chunk, faster passes than the set-up function's Hessian-vector products (10⁶ rows, d = 30:
-        Hessian pass 0.24 against 0.30 s; 10⁷ rows from npy: set-up 14.0 against 18.7 s). When J took
-        d + 1 calls per chunk, the products were the faster at 10⁷ rows (45 against 26.5 s) and
-        the limit was 10⁶.
+        (:meth:`uses_eta_sums`): fewer compiled modules on a first run, and with J from one
+        vectorised call of η per chunk, faster passes than the set-up function's Hessian-vector
+        products.
         """
+        # measured: 9 fewer C modules of 41 on a logistic regression's first run (about 4 s, a cold
+        # start 1.6× → 1.1× NUTS's); 10⁶ rows, d = 30: Hessian pass 0.24 against 0.30 s; 10⁷ rows
+        # from npy: set-up 14.0 against 18.7 s
         shared = self._shared()
         if not shared._regression_view_checked:
             view = self._candidate_view()
@@ -509,10 +514,11 @@ class TallModel:
         to a ``Dot``): an op it vectorises only so (a mixture's ``Join`` of its components' log
         densities) would loop over the directions in Python and fail on none (k = 0, every call but
         the Hessian's: "vectorize with zero size not implemented"). Found before compiling, since
-        compiling it only to drop it made a zero-inflated Poisson's first run 23 s longer (cold
-        first draw 57 s against NUTS's 31 s; 34 s without).
+        compiling such a graph only to drop it is a first run's largest compile.
         """
         inputs, outputs = self._build_setup(vectorise=True)
+        # measured: compiling it only to drop it made a zero-inflated Poisson's first run 23 s
+        # longer (cold first draw 57 s against NUTS's 31 s; 34 s without)
         if any(isinstance(node.op, Blockwise) and not isinstance(node.op.core_op, Dot)
                for node in applys_between(inputs, outputs)):
             raise _BlockwiseInGraph
@@ -777,9 +783,10 @@ def _joined_inputs(point, outputs, inputs, joined=None):
     """``outputs`` with ``inputs`` read from slices of one flat vector ``joined`` (a new one by
     default), in the order of ``inputs``, each of the shape it has in ``point``: PyMC's
     ``join_nonshared_inputs``, with the graphs copied once by ``graph_replace`` instead of rebuilt
-    node by node by ``clone_replace`` for each output (PyMC's: 50 ms against 19 for the centred
-    hierarchical zoo model's prior and rows).
+    node by node by ``clone_replace`` for each output.
     """
+    # measured: PyMC's join took 50 ms against 19 ms here for the centred hierarchical zoo
+    # model's prior and rows
     if joined is None:
         joined = pt.concatenate([var.ravel() for var in inputs]).type()  # PyMC's type for it
     replace, start = {}, 0
@@ -836,15 +843,15 @@ def _analysed_template(model, vars, lengths, key) -> TallModel:
     next TallModel of the same model graph where that is safe.
 
     Why: a second set-up in a process (a notebook cell run again, a loop over data sets with
-    ``pm.set_data``) analysed the graph again: the rows' graphs, the regression view and its check,
-    the independence check (0.05-0.09 s, 3-6 of PyMC's gradient passes at 10⁶ rows on the zoo).
-    The analysis is a function of the graph, the value variables, the initial values and the rows'
-    count, which the key holds (:func:`_structure_key`); data values are read at each use (a leaf
-    reads its shared variable), and checked for NaN again. Views found later by any use are built
-    on the template and kept there (the ``_template`` of each use), so that the cache keeps no
-    model alive. Random initial values are drawn again by each use. Not kept: stacked rows of
-    different lengths (their padded copies of the data would go stale).
+    ``pm.set_data``) would analyse the graph again: the rows' graphs, the regression view and its
+    check, the independence check. The analysis is a function of the graph, the value variables, the
+    initial values and the rows' count, which the key holds (:func:`_structure_key`); data values
+    are read at each use (a leaf reads its shared variable), and checked for NaN again. Views found
+    later by any use are built on the template and kept there (the ``_template`` of each use), so
+    that the cache keeps no model alive. Random initial values are drawn again by each use. Not
+    kept: stacked rows of different lengths (their padded copies of the data would go stale).
     """
+    # measured: the analysis took 0.05-0.09 s, 3-6 of PyMC's gradient passes at 10⁶ rows on the zoo
     template = object.__new__(TallModel)
     template._model, template._model_ref = None, weakref.ref(model)
     template._analyse(model, vars, lengths)
@@ -899,8 +906,8 @@ def model_logp_terms(model) -> list:
     """``model.logp(vars=[*observed, *free, *potentials], sum=False)``: each observed variable's,
     free variable's and potential's term, derived once per model graph in a process.
 
-    Why: PyMC derives the terms again at each call (its logprob rewriting: ~30 ms, a quarter of a
-    second set-up of the linear zoo model). The terms are a function of the variables, their value
+    Why: PyMC derives the terms again at each call (its logprob rewriting), a large part of a
+    second set-up. The terms are a function of the variables, their value
     variables and transforms, and ``check_bounds`` alone, which the key holds and compares by
     identity: a model that gained a variable, or whose graph was rebuilt (``pm.do``,
     ``pm.observe``: a new model), derives them again; ``pm.set_data`` changes values, not graphs.
@@ -909,6 +916,7 @@ def model_logp_terms(model) -> list:
     variables = [*model.observed_RVs, *model.free_RVs, *model.potentials]
     key = (*variables, *[model.rvs_to_values.get(v) for v in variables],
            *[model.rvs_to_transforms.get(v) for v in variables], model.check_bounds)
+    # measured: PyMC's logprob rewriting took ~30 ms, a quarter of a second set-up of the linear zoo model
     kept = _LOGP_TERMS.get(model)
     if kept is not None and len(kept[0]) == len(key) and all(a is b for a, b in zip(kept[0], key)):
         return list(kept[1])
