@@ -67,9 +67,10 @@ __all__ = [
     "view_matching_rows",
 ]
 
+# measured: the NumPy logit as a formula took 0.15 against 0.70 ms for SciPy's ufunc on the set-up's
+# (d + 1) × 20,000 values of a NegativeBinomial's p per chunk
 #: link name → (η from the parameter in PyTensor, the same in NumPy, the parameter from η). The NumPy
-#: logit is SciPy's formula, log(p / (1 − p)), without its ufunc: 0.15 against 0.70 ms on the
-#: set-up's (d + 1) × 20,000 values of a NegativeBinomial's p per chunk
+#: logit is SciPy's formula, log(p / (1 − p)), without its ufunc, which is the slower
 LINKS = {
     "identity": (lambda p: p, lambda p: p, lambda eta: eta),
     "log": (pt.log, np.log, pt.exp),
@@ -78,16 +79,19 @@ LINKS = {
 #: a parameter the graph writes as exp(x) or sigmoid(x) has η = x exactly (no round trip)
 _WRITTEN_THROUGH = {Exp: "log", Sigmoid: "logit"}
 _CHECK_ROWS = 8
+# measured: compiling `eta_vjp` was 0.74 s of a first run's 7.3 s on the d = 2 zoo model; on the
+# centred hierarchical model (d = 24 but 3 points) a Numba kernel of 4-5 s on a cold cache
 #: up to this many points besides 0 (unit vectors of the coordinates η reads densely, one indicator
 #: per group block: :class:`~pymc_subsample.model.one_hot.PointLayout`) the set-up's gradient passes
 #: take Σ_k J_kᵀ∇f_k with J from the vectorised η, which the Hessian pass needs anyway, instead of a
-#: reverse pass of their own (`eta_vjp`: 0.74 s of a first run's 7.3 s on the d = 2 zoo model; on the
-#: centred hierarchical model, d = 24 but 3 points, a Numba kernel of 4-5 s on a cold cache); above,
-#: the reverse pass, O(m d) per chunk against J's O(m k)
+#: reverse pass of their own (`eta_vjp`), which would be a compiled kernel of its own; above, the
+#: reverse pass, O(m d) per chunk against J's O(m k)
 JACOBIAN_GRADIENT_MAX_D = 8
+# measured on 10⁶ rows of the zoo: NumPy's terms cost 0.2-2 ms a call of overhead and 1.5-5x a
+# compiled pass's time per row, less than compiling a kernel for the set-up's few large batches
 #: a batch of at least this many rows (the set-up's chunks and its 2,000-row pilots) has its rows'
-#: terms computed in NumPy (:meth:`DistributionalRegression.row_terms`): no kernel to compile, for a
-#: per-call overhead of 0.2-2 ms and 1.5-5x a compiled pass's time per row (10⁶ rows of the zoo, 2026-11)
+#: terms computed in NumPy (:meth:`DistributionalRegression.row_terms`): no kernel to compile, at a
+#: higher cost per row than compiled code
 NUMPY_TERMS_MIN_ROWS = 2000
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
 
@@ -117,11 +121,13 @@ def _negative_binomial(y, log_n, logit_p):
             - n * pt.softplus(-logit_p) - y * pt.softplus(logit_p))
 
 
+# measured: PyMC's Bernoulli logp cost ~25% more per estimator call than y·η − softplus(η); its
+# StudentT and NegativeBinomial logps took 4.5 s to rewrite in the estimator's graph on every
+# construction, cache or not
 #: f in η for the commonest (distribution, links) (None: a constant parameter), as the model's logp
-#: gives it but with fewer operations: PyMC's Bernoulli logp switches between log p and log(1 − p)
-#: and costs ~25% more per estimator call than y·η − softplus(η); its StudentT and NegativeBinomial
-#: logps (parameter checks, a switch to the Poisson limit) took 4.5 s to rewrite in the estimator's
-#: graph on every construction, cache or not
+#: gives it but with fewer operations: PyMC's Bernoulli logp switches between log p and log(1 − p),
+#: and its StudentT and NegativeBinomial logps (parameter checks, a switch to the Poisson limit) are
+#: rewritten in the estimator's graph on every construction, cache or not
 _CLOSED_FORMS = {
     (StudentTRV, ("log", "identity", "log")): _student_t,
     (NegBinomialRV, ("log", "logit")): _negative_binomial,
@@ -368,12 +374,12 @@ class DistributionalRegression:
         reverse pass through η instead (:meth:`eta_vjp`, O(m d) against J's O(m k) for k points).
         Where η is affine in φ(θ), the gradient is Dφᵀ A with A from η at the r + 1 points in φ
         (:meth:`phi_sums`), and the Hessian by the chain rule: Dφᵀ B Dφ + Σ_i A_i ∇²φ_i. Such a
-        model's gradient in θ once came from :meth:`eta_vjp` (a full pass of the non-centred zoo model
-        at 10⁶ rows: 31 ms against ~80 ms from the points), while its default centre made ~15 full
-        gradient passes; its centre is now found in φ
-        (:func:`~pymc_subsample.control_variates.center.find_center`), only the subset MAP asks for
-        gradients in θ, and a first run compiles no reverse pass through η (a compiled kernel).
+        model's centre is found in φ (:func:`~pymc_subsample.control_variates.center.find_center`),
+        only the subset MAP asks for gradients in θ, and a first run compiles no reverse pass
+        through η (a compiled kernel).
         """
+        # measured on the non-centred zoo model at 10⁶ rows: a gradient pass through `eta_vjp` took
+        # 31 ms against ~80 ms from the points, but compiling it costs more than the few passes in θ
         if self.phi is not None and hessian:
             total, a, b = self.phi_sums(theta, batch)
             dphi = self.phi.jacobian(theta)
@@ -393,10 +399,10 @@ class DistributionalRegression:
     def phi_sums(self, theta, batch, hessian=True):
         """(Σ_k f_k, A = Σ_k J_kᵀ ∇f_k, B = Σ_k J_kᵀ F''_k J_k) at θ over ``batch``, with J_k = ∂η_k/∂φ:
         the sums of the Taylor proxies in η of a model affine in φ(θ)
-        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); without B where
-        ``hessian`` is False (a pass of the non-centred zoo model at 10⁶ rows, r = 21: 78 against
-        200 ms).
+        (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`); without B, a cheaper
+        pass, where ``hessian`` is False.
         """
+        # measured on the non-centred zoo model at 10⁶ rows, r = 21: a pass without B 78 ms, with B 200 ms
         terms = self.row_terms(theta, batch)
         layout = self._layout(phi=True)
         points = self.eta_components_at_phis(layout.points, batch)
@@ -479,17 +485,18 @@ def _vectorised_function(inputs, graphs, batch_inputs):
     with a Blockwise node (a Python loop over the points).
 
     Why: the set-up's Jacobian of an affine η takes η at d + 1 points per chunk of rows. One call
-    at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times:
-    at 10⁶ rows and d = 30 the Hessian pass took 2.2 s (22 gradient passes) that way.
+    at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times.
 
     The function runs on PyTensor's Python linker wherever each of its elementwise ops has a NumPy
     or SciPy array function (:func:`~pymc_subsample.model.compile.compile_numpy`; η is mostly
     products with the data and sums, and f of the set-up's passes special functions with SciPy's
     ufuncs): NumPy's matrix product and ufuncs over the (k, m) arrays take about what compiled code
-    takes, and nothing is compiled. Compiled, the
-    product of the points with the transposed data was a third of a first run's set-up of the
-    linear zoo model (9 of 34 s of Numba compilation, for a strided matrix product's kernel).
+    takes, and nothing is compiled, where compiling a strided matrix product's kernel is a large
+    part of a first run's set-up.
     """
+    # measured: at 10⁶ rows and d = 30, d + 1 calls made the Hessian pass 2.2 s (22 gradient
+    # passes); compiled, the product of the points with the transposed data was 9 of 34 s of Numba
+    # compilation in a first run's set-up of the linear zoo model
     points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
               for x in inputs]
     # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the value
