@@ -17,9 +17,11 @@ __all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "pass_progress", "remembered_pas
            "setup_display"]
 
 DEFAULT_CHUNK_SIZE = 20_000
+# measured: a LocalCluster of spawned workers on a loaded 2-core machine stopped answering in 2 of
+# ~6 CI runs, every process idle, with no error to report
 #: seconds a pass on a Dask cluster may take before ``TimeoutError`` (None: no limit). A test sets it:
-#: a ``LocalCluster`` of spawned workers on a loaded 2-core machine has, now and then (2 of ~6 CI runs),
-#: stopped answering, every process idle, with no error to report
+#: a ``LocalCluster`` of spawned workers on a loaded machine can stop answering, every process
+#: idle, with no error to report
 DISTRIBUTED_TIMEOUT = None
 #: a full pass shows a progress bar when it has at least this many chunks (and the tall model's
 #: ``progressbar`` is on): shorter passes finish before a bar would be read
@@ -68,11 +70,12 @@ def remembered_passes(tall):
 
     The set-up's centre ends at a point where it has just made the pass that the control variates'
     sums need (:func:`~pymc_subsample.control_variates.center.find_center`, then the proxy): the
-    same function over the same chunks, so the proxy takes that pass's sums instead of a second
-    pass over the N rows (one pass of three in a warm set-up of the zoo's GLMs). Nothing is kept
-    after the block, so data changed later (``pm.set_data``) is never answered from it; nested
-    blocks share the outermost one's memo. Subsets' rows are gathered once in the block too.
+    same function over the same chunks, so the proxy takes that pass's sums instead of a second pass
+    over the N rows. Nothing is kept after the block, so data changed later (``pm.set_data``) is
+    never answered from it; nested blocks share the outermost one's memo. Subsets' rows are gathered
+    once in the block too.
     """
+    # measured: the proxy's pass was one pass of three in a warm set-up of the zoo's GLMs
     if tall.pass_memo is not None:
         yield
         return
@@ -95,9 +98,11 @@ def _local_sum(tall, fn, theta, rows, ranges):
 
 def _gathered(tall, rows):
     """``tall.gather(rows)``, gathered once per remembered block (:func:`remembered_passes`): the
-    centre's subset MAP evaluates the same 20,000 rows 10-30 times, and at 10⁶ rows each gather of
-    them at random from the full arrays cost ~2 ms (30 ms of the linear zoo model's 0.3 s set-up).
+    centre's subset MAP evaluates the same rows many times, and each gather of them at random from
+    the full arrays reads the whole of them again.
     """
+    # measured: the subset MAP evaluates the same 20,000 rows 10-30 times; at 10⁶ rows each gather
+    # cost ~2 ms (30 ms of the linear zoo model's 0.3 s set-up)
     memo = tall.pass_memo
     if memo is None:
         return tall.gather(rows)
@@ -129,9 +134,9 @@ def pass_progress(tall, n_chunks):
 @contextmanager
 def setup_display(title):
     """One progress display for a whole set-up: every long full pass made inside the block updates
-    the same bar (its description names the pass and its count), where each pass drew a bar of its
-    own before, hundreds of lines on a notebook when a set-up made many passes. The bar is opened on
-    the first long pass (a set-up of short passes prints nothing); nested blocks share the outermost.
+    the same bar (its description names the pass and its count), so that a set-up of many passes
+    prints one bar, not one per pass. The bar is opened on the first long pass (a set-up of short
+    passes prints nothing); nested blocks share the outermost.
     """
     if _SETUP_DISPLAY.get() is not None:
         yield

@@ -117,9 +117,8 @@ def runs_on_numpy(function) -> bool:
 
 
 def softplus(x):
-    """log(1 + eˣ) over an array, without overflow: max(x, 0) + log1p(e^−|x|) (19 ms over 10⁶ values,
-    against 41 ms for NumPy's ``logaddexp(0, x)``).
-    """
+    """log(1 + eˣ) over an array, without overflow: max(x, 0) + log1p(e^−|x|)."""
+    # measured: 19 ms over 10⁶ values, against 41 ms for NumPy's logaddexp(0, x)
     out = np.log1p(np.exp(-np.abs(x)))
     out += np.maximum(x, 0.0)
     return out
@@ -130,9 +129,10 @@ def trigamma(x):
     return scipy.special.polygamma(1, x)
 
 
+# measured: with a Python call per element, the negative binomial's rows' terms over 10⁵ rows took 3 s
 #: scalar ops whose PyTensor Elemwise has no array function on the Python linker (each element a
-#: Python call: 3 s for the negative binomial's rows' terms over 10⁵ rows), with a NumPy or SciPy
-#: function over whole arrays of this module; given to ``Elemwise`` as its public ``nfunc_spec``
+#: Python call), with a NumPy or SciPy function over whole arrays of this module; given to
+#: ``Elemwise`` as its public ``nfunc_spec``
 ARRAY_FUNCTIONS = {Softplus: f"{__name__}.softplus", TriGamma: f"{__name__}.trigamma"}
 
 
@@ -143,7 +143,8 @@ def compile_numpy(inputs, outputs):
     The graph is rewritten first as :data:`PYTHON_LINKER_ARRAYS` would (no fusion, no in-place ops),
     then the elementwise ops of :data:`ARRAY_FUNCTIONS` are rebuilt with their array function: the
     rewrites make a softplus of ``log1p(exp(x))`` again, so they must come first. Nothing is compiled:
-    for the set-up's passes over the rows, where a compiled kernel's first call costs seconds.
+    for the set-up's passes over the rows, where a compiled kernel's first call costs more than the
+    passes save.
     """
     # no C-only rewrites (the C BLAS ones would look for a BLAS library to link, and warn where none is)
     rewritten = rewrite_graph(list(outputs), include=("fast_run",), exclude=("fusion", "inplace", "cxx_only"),
