@@ -61,10 +61,11 @@ __all__ = ["HMCECS"]
 #: warm-up draws at which the signed estimator re-chooses λ and a from the chain's own draws
 #: (doubling, so a chain that starts far from θ* is re-tuned as it moves towards the mode)
 SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
+# measured: the pilot alone asked for m = 12,919 of 10⁶ rows on a non-centred model, or all 20,000
+# rows of a Bambi (1|group) model, whose chains need 1000
 #: warm-up draws after which subsample_size="auto" (and the default) choose m again at the chain's
 #: own last RETUNE_WINDOW draws: the set-up pilot's Laplace draws in θ fall where a curved posterior
-#: (a non-centred μ + τz) has no mass, and asked for m = 12,919 of 10⁶ rows, or all 20,000 rows
-#: of a Bambi (1|group) model, whose chains need 1000
+#: (a non-centred μ + τz) has no mass, and ask for far more rows than the chain needs
 SIZE_RETUNE_AT = (50, 150)
 RETUNE_WINDOW = 25
 #: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
@@ -84,26 +85,31 @@ class HMCECSState(SubsampleStepState):
     warmup_warned: bool = False
 
 
+# measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
+# ESS of 3, hence a floor the "auto" choice may raise
 DEFAULT_SUBSAMPLE_SIZE = 1000  # the default's floor (perturbed) and size (signed), see the docstring
 # "auto" warns when m ≥ N/4: a leapfrog step then costs the m rows' ℓ, its reverse pass and the
 # proxy's directional derivatives (≥ 3 passes over m rows), more than full-data NUTS's one pass
 AUTO_TOO_LARGE = 4
 #: the inner sampler's mass matrix (HMCECS's ``mass_matrix``)
 MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
+# measured on crossed effects with 121 parameters: the chain left the posterior soon after PyMC's
+# adapted matrix took over (σ_b from 0.8 to 0.001, log posterior from −59,700 to −4·10⁶, σ̂² from 0.2
+# to 10⁸), whether or not rows were computed exactly; with the Laplace matrix fixed, or a first
+# window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
 #: "auto" adapts a dense mass matrix only below this many parameters: after its first window of 75
 #: warm-up draws, PyMC's dense adaptation drops the Laplace start and estimates the covariance from
 #: the draws since then alone, singular while they are fewer than the parameters and noisy for long
-#: after (its next window is 150 draws). On crossed effects with 121 parameters the chain left the
-#: posterior soon after the adapted matrix took over (σ_b from 0.8 to 0.001, log posterior from
-#: −59,700 to −4·10⁶, σ̂² from 0.2 to 10⁸), whether or not rows were computed exactly; with the
-#: Laplace matrix fixed, or a first window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
+#: after (its next window is 150 draws), which can drive a chain out of the posterior
 DENSE_ADAPT_MAX_DIM = 75
+# measured on the non-centred hierarchical logistic regression of the zoo (N = 20,000, 20 groups,
+# 12 seeds × 2000 draws): 0.9 gave 0-5 divergent draws where 0.8 gave 2-28 (one chain in 29 stuck
+# for 500 draws in a tail, μ_a's ESS 4), 1.3× the leapfrog steps per draw and 1.5× the ESS of μ_a
+# and τ_a: more ESS per gradient
 #: the inner sampler's dual-averaging target by default: PyMC's 0.8, and 0.9 on a curved posterior
 #: (rows affine in a non-linear φ(θ), a non-centred μ + τ z[g]), whose metric, adapted where the
-#: posterior's mass is, is too wide in its tails. On the non-centred hierarchical logistic
-#: regression of the zoo (N = 20,000, 20 groups, 12 seeds × 2000 draws) 0.9 gave 0-5 divergent
-#: draws where 0.8 gave 2-28 (one chain in 29 stuck for 500 draws in a tail, μ_a's ESS 4), 1.3× the
-#: leapfrog steps per draw and 1.5× the ESS of μ_a and τ_a: more ESS per gradient
+#: posterior's mass is, is too wide in its tails: the higher target gives fewer divergences and
+#: more ESS per gradient there
 TARGET_ACCEPT, CURVED_TARGET_ACCEPT = 0.8, 0.9
 
 
@@ -136,8 +142,8 @@ class HMCECS(InnerHMC, SubsampleStep):
         perturbed, the larger of min(N, 1000) and the "auto" choice, i.e. 1000 rows unless
         more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
         step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
-        more saves a chain whose σ̂² would be far above 1, as a non-centred hierarchical model
-        had with the proxy in θ: σ̂² ≈ 40 at m = 1000 and an ESS of 3). With "auto" and the
+        more saves a chain whose σ̂² would be far above 1, as on a non-centred hierarchical model
+        with the proxy in θ). With "auto" and the
         default, rows whose proxy error dominates σ̂² at those draws (the rows of small groups)
         are computed exactly in every estimate when that takes fewer rows per estimate than a
         larger m (``self.exact_rows``; m then subsamples the other rows, eqs. 4.1-4.3 on them);
@@ -170,12 +176,11 @@ class HMCECS(InnerHMC, SubsampleStep):
         covariance; ``"adapt"``: PyMC's diagonal adaptation from its own default.
         ``"auto"`` (default): ``"laplace_adapt"`` where the rows are affine in a non-linear
         row-free φ(θ) (a non-centred ``μ + τ z[g]``: the posterior in θ is curved, and the fixed
-        Laplace metric took trees of depth 7 where the adapted one takes 3, 37-55× the ESS/s
-        at N = 20,000), with a first adaptation window of 2d draws from 75 parameters on (PyMC's
-        window of 75 draws gives a singular matrix beyond, and it drove a 121-parameter chain out
-        of the posterior); else ``"laplace"`` (on GLMs, the Bambi form, StudentT and the centred
-        hierarchical model the Laplace metric is near exact, and adapting it cost 0.66-1.27×
-        the ESS/s: ``benchmarks/README.md``).
+        Laplace metric takes much deeper trees than the adapted one), with a first adaptation
+        window of 2d draws from 75 parameters on (PyMC's window of 75 draws gives a singular
+        matrix beyond: :data:`DENSE_ADAPT_MAX_DIM`); else ``"laplace"`` (on GLMs, the Bambi form,
+        StudentT and the centred hierarchical model the Laplace metric is near exact, and
+        adapting it gains no ESS/s: ``benchmarks/README.md``).
     target_variance : float
         Target of σ̂² (perturbed, ``subsample_size="auto"``) or of Var log|L̂| (signed).
     **kwargs
@@ -243,6 +248,9 @@ class HMCECS(InnerHMC, SubsampleStep):
         if target_accept is None:
             target_accept = CURVED_TARGET_ACCEPT if curved else TARGET_ACCEPT
         if mass_matrix == "auto":
+            # measured at N = 20,000: on a curved posterior the fixed Laplace metric took trees of
+            # depth 7 where the adapted one takes 3, 37-55× the ESS/s; elsewhere adapting it cost
+            # 0.66-1.27× the ESS/s (benchmarks/README.md)
             mass_matrix = "laplace" if not curved else "laplace_adapt"
             if curved and self.tall.ndim >= DENSE_ADAPT_MAX_DIM and "potential" not in kwargs:
                 # PyMC's dense adaptation with a first window of 2d draws, which estimate a d × d matrix
@@ -423,10 +431,11 @@ class HMCECS(InnerHMC, SubsampleStep):
         """Re-choose λ and a at the chain's recent warm-up draws, then redraw u.
 
         The set-up pilot uses Laplace draws around θ*; when θ* is far from where the chain
-        goes (measured: 4 posterior sd off gave 43% negative signs against a predicted
-        3·10⁻²²), a = D̄ − λ is wrong there. During warm-up only (the kernel is fixed after
-        it, so the chain stays Markov) λ and a follow the chain's own draws.
+        goes, a = D̄ − λ is wrong there and the signs' predicted probability of being negative
+        far too small. During warm-up only (the kernel is fixed after it, so the chain stays
+        Markov) λ and a follow the chain's own draws.
         """
+        # measured: θ* 4 posterior sd off gave 43% negative signs against a predicted 3·10⁻²²
         recent = np.asarray(self.warmup_thetas[-20:])
         rng = np.random.default_rng(len(self.warmup_thetas))
         mean_d, var_d = pilot_differences(rng, self.target, recent, min(self.tall.n_rows, 2000))

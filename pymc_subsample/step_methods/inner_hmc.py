@@ -47,10 +47,9 @@ class LaplaceMetric(QuadPotentialFull):
     drawn as L⁻ᵀz by a product with L⁻ᵀ computed once.
 
     PyMC draws it by ``scipy.linalg.solve_triangular(Lᵀ, z)``, which validates both arrays and checks
-    their finiteness on every call: 10.6 µs a draw at d = 4 against 1.2 µs for the product (one draw
-    per HMC-ECS iteration, whose PyMC's-NUTS part is ~0.12 ms there). Velocity, energy, the random
-    generator and everything else are PyMC's own; given the same generator the momenta are PyMC's
-    to rounding (``tests/test_hmcecs.py``).
+    their finiteness on every call, a cost per HMC-ECS iteration that the product avoids. Velocity,
+    energy, the random generator and everything else are PyMC's own; given the same generator the
+    momenta are PyMC's to rounding (``tests/test_hmcecs.py``).
     """
 
     def __init__(self, cov, dtype=None, rng=None):
@@ -61,6 +60,8 @@ class LaplaceMetric(QuadPotentialFull):
 
     def random(self):
         """A momentum p ~ N(0, M) = L⁻ᵀ z, z ~ N(0, I) from this potential's generator."""
+        # measured at d = 4: 1.2 µs a draw, against 10.6 µs for PyMC's solve_triangular (one draw
+        # per HMC-ECS iteration, whose PyMC's-NUTS part is ~0.12 ms there)
         return self._inverse_chol_t @ self.rng.normal(size=len(self._inverse_chol_t)).astype(self.dtype)
 
     __call__ = random

@@ -66,7 +66,7 @@ MAX_THIN = 50  # cap of the default iterations per draw
 # * SHIFT_LIMIT = 2: the chain's mean sits 2 posterior sds from θ*, where the posterior has
 #   under 5% of its mass beyond; a right sampler's running mean gets there only with an ESS
 #   of ~1 (a chain that has not moved, also worth a warning), so no Monte Carlo allowance.
-#   The old default (summary="moments") crossed it by draw 200 in 12 of 12 chains.
+#   Chains with summary="moments" crossed it by draw 200 in 12 of 12.
 SPREAD_LIMIT = 1.5
 SPREAD_MARGIN_SE = 0.5
 SHIFT_LIMIT = 2.0
@@ -120,12 +120,9 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
         per proposal). "map" and a callable use the mean form Δ = S(Y) − S(Y_U),
         recomputed on the n rows of each proposed subset, taken in row-index order so
         that Δ is a function of the subset alone. Why "map" is the default: on zoo GLMs
-        (linear and Poisson, N = 50,000, 1 chain of 300 + 300 or 3000 + 1000) the former
-        default ("moments", swap n // 100) left means 2.3–8.2 posterior sds from
-        full-data NUTS and largest sd ratios of 2.4–6.5, with bulk ESS 1–10; the defaults
-        ("map", swap 1) kept means within 0.30 sd and sds within 0.86–1.29×, with ESS
-        141–190 in 3000 draws, for 2–3.5× the time per iteration
-        (benchmarks/README.md).
+        "moments" (with swap n // 100) leaves means several posterior sds from full-data
+        NUTS and sds far too wide, where "map" with swap 1 keeps both close to NUTS's, for
+        more time per iteration (benchmarks/README.md).
     swap_size : int, optional
         Rows exchanged per subset proposal; default 1 (see ``kernels.iss.resolve_swap_size``:
         at a given refresh rate a swap of r rows lets ε be only ~1/r as large, and widens
@@ -148,8 +145,7 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
     init_at_center : bool, default True
         Start each chain's θ at θ* instead of PyMC's initial point, as SubsampleMH does:
         from the initial point (often hundreds of posterior sds away for tall data) the
-        random-walk θ update spent most of a 300-iteration warm-up travelling, and its
-        post-warm-up ESS on a 4,000-row linear model was 0.8% of the draws.
+        random-walk θ update spends most of a warm-up travelling.
     target_refresh : float in (0, 1]
         Subset refresh rate aimed at by ``epsilon="auto"`` (default 0.05; the slides ask
         for at least 0.01).
@@ -213,6 +209,10 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
         StatColumn("acceptance_rate", "acc", "{:.2f}"),
     )
 
+    # measured on zoo GLMs (linear and Poisson, N = 50,000, 1 chain of 300 + 300 or 3000 + 1000):
+    # summary="moments" with swap n // 100 left means 2.3–8.2 posterior sds from full-data NUTS and
+    # largest sd ratios of 2.4–6.5, with bulk ESS 1–10; "map" with swap 1 kept means within 0.30 sd
+    # and sds within 0.86–1.29×, with ESS 141–190 in 3000 draws, for 2–3.5× the time per iteration
     def __init__(self, vars=None, *, subset_size="sqrt", epsilon="auto", summary="map",
                  swap_size=None, inner="mh", model=None, center=None, init_at_center=True,
                  target_refresh=0.05, target_accept=None, n_leapfrog=8, thin=None,
@@ -371,6 +371,8 @@ class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepSha
         if self.subset is None:
             self._init_chain()
             if self.init_at_center:
+                # measured from PyMC's initial point instead: most of a 300-iteration warm-up spent
+                # travelling, and a post-warm-up ESS of 0.8% of the draws on a 4,000-row linear model
                 theta = self.target.center.copy()
         iterations = []
         for _ in range(self.thin):

@@ -41,14 +41,15 @@ __all__ = ["SubsampleMH", "SubsampleMHState", "adapted_thin"]
 TESTS = ("pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact")
 PROPOSALS = ("laplace", "random-walk")
 MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33·50/d per draw)
+# measured on Bambi's y ~ age + work + (1|group), 50 groups (d = 55, its Laplace covariance 48x the
+# posterior variance for the intercept): comparisons at 100, 200 and 400 draws only (one
+# replacement, from draws that had not crossed the ridge) gave a min ESS of 5 of 1000 draws; every
+# 100 draws, 129
 #: every this many warm-up draws, the proposal's covariance is compared with that of the second
 #: half of the warm-up draws so far, and replaced where they disagree (``adapted_cholesky``), to
 #: the end of warm-up: each replacement lets the chain reach further along a ridge the last one
 #: underestimated, so the next estimate is better (adaptive Metropolis, Haario et al. 2001). Once
-#: they agree the proposal stays. Measured on Bambi's ``y ~ age + work + (1|group)``, 50 groups
-#: (d = 55, its Laplace covariance 48x the posterior variance for the intercept): comparisons at
-#: 100, 200 and 400 draws only (one replacement, from draws that had not crossed the ridge) gave
-#: a min ESS of 5 of 1000 draws; every 100 draws, 129.
+#: they agree the proposal stays.
 COVARIANCE_EVERY = 100
 #: the default ``thin`` grows at the end of warm-up where the chain's last half of warm-up draws
 #: has an integrated autocorrelation time τ̂ (draws per effective draw, worst coordinate) above
@@ -138,23 +139,22 @@ class SubsampleMH(SubsampleStep):
         min(50, 2d): a random walk with its scale tuned near the optimum mixes at about
         0.33/d of an independent draw per move on a d-dimensional near-Gaussian target
         (Roberts, Gelman & Gilks 1997, the efficiency limit at acceptance 0.234), so 2d
-        moves give an effective sample size near 2/3 of the draws. With one move per draw
-        the zoo GLMs (d = 3-5, N = 100,000, 1000 draws) had ESS 13-80 and did not agree
-        with NUTS (``benchmarks/README.md``). Each move reads its own subsample (m rows),
+        moves give an effective sample size near 2/3 of the draws; with one move per draw a
+        chain's ESS is a small fraction of its draws (``benchmarks/README.md``). Each move
+        reads its own subsample (m rows),
         so a draw costs ``thin`` moves; ``thin=1`` is the plain chain of the seeds. The default
         grows, for each chain at the end of its warm-up, where the last half of the warm-up
         draws mixes slower than the near-Gaussian rate: with τ̂ = draws / min ESS over the
         coordinates above 4, ``thin`` becomes thin·τ̂/2 moves (at most 10× the default), so the
         draws after warm-up have an ESS near half their number again. On a curved posterior (a
-        Bambi ``(1|group)`` logistic model, d = 15: ESS 11-26 of 800 draws at 30 moves per
-        draw, sds 0.6-0.8× NUTS's) a random walk needs that many more moves; the cost per draw
-        grows by the same factor. A ``thin`` you pass is kept.
+        Bambi ``(1|group)`` logistic model) a random walk needs that many more moves; the cost
+        per draw grows by the same factor. A ``thin`` you pass is kept.
     importance_probs : array (N,), optional
         Two-sample test: importance probabilities p_k (El hanchi 2019 §5.1); default uniform.
     init_at_center : bool, default True
         Start each chain at the centre θ* instead of PyMC's initial point: far from θ*
         the control variates are poor and sequential tests read most of the N rows, so
-        burn-in from the model's initial point was 10-20x slower. The starting point does
+        burn-in from the model's initial point is many times slower. The starting point does
         not change the target; all chains then start at the same point (R-hat is less
         informative). Set False to use ``pm.sample``'s ``initvals``/jitter.
 
@@ -166,7 +166,7 @@ class SubsampleMH(SubsampleStep):
       O(1/(N m²)) in total variation; exact when the proxy is exact (σ̂² = 0).
     * austerity (El hanchi 2019 Alg. 1) and two-sample (§5.2.1): each decision differs from
       MH's with probability ≤ ε under the CLT (union bound over the looks, levels
-      ε/(2k²); measured 0.05-0.7 ε, ``benchmarks/README.md``);
+      ε/(2k²); the measured rates are in ``benchmarks/README.md``);
       the bias grows with ε and is not bounded when the CLT fails (heavy-tailed t_k).
     * confidence (Alquier's ISS slides): each decision is wrong with probability ≤ δ given a valid
       range bound; the stationary law is within O(δ) in TV of the posterior.
@@ -257,6 +257,8 @@ class SubsampleMH(SubsampleStep):
         # the warm-up draws estimate the proposal's covariance only when each is this many moves
         # from the last: with thin=1 (the papers' chain) 100 draws of a random walk are 100 small
         # correlated steps, and their covariance replaced a fitting Laplace one on Skin Segmentation
+        # measured with one move per draw: the zoo GLMs (d = 3-5, N = 100,000, 1000 draws) had ESS
+        # 13-80 and did not agree with NUTS
         self._default_thin = min(MAX_THIN, 2 * d)
         self._adapt_thin = thin is None
         self.thin = thin if thin is not None else self._default_thin
@@ -348,6 +350,7 @@ class SubsampleMH(SubsampleStep):
     def astep(self, q0: RaveledVars):
         theta = np.asarray(q0.data, dtype=float)
         if self.init_at_center and self.n_steps == 0:
+            # measured: burn-in from the model's initial point was 10-20x slower
             theta = self.proxy.center.copy()
         start, moves = theta, []
         for _ in range(self.thin):
@@ -380,10 +383,11 @@ class SubsampleMH(SubsampleStep):
         """Warm-up only (the kernel is fixed after it), with ``proposal="laplace"`` and each draw at
         least the default ``thin`` moves: every COVARIANCE_EVERY draws, the covariance of the second half
         of the warm-up draws so far replaces the proposal's where the two disagree by more than the
-        noise of those draws (:func:`~pymc_subsample.kernels.proposals.adapted_cholesky`).
-        Measured on the non-centred hierarchical model: with the Laplace covariance an ESS of 2 of
-        1500 draws; with the posterior's, 296-674; with the adapted one, 217-787.
+        noise of those draws (:func:`~pymc_subsample.kernels.proposals.adapted_cholesky`), where
+        the Laplace covariance is far from the posterior's (a non-centred hierarchical model).
         """
+        # measured on the non-centred hierarchical model: with the Laplace covariance an ESS of 2 of
+        # 1500 draws; with the posterior's, 296-674; with the adapted one, 217-787
         k = len(self.warmup_draws)
         chol = adapted_cholesky(self.warmup_draws[k // 2:], self.proposal_chol)
         if chol is not None:
@@ -529,10 +533,11 @@ class SubsampleMH(SubsampleStep):
         return columns
 
     # ----------------------------------------------------------------- checks
+    # measured on the non-centred hierarchical zoo model at m = 1000: σ̂² ≈ 10⁻⁵ with the proxy in η,
+    # against 487 with the proxy in θ, where the pseudo-marginal chain stuck (1.5% accepted)
     #: the Taylor proxy in η where rows are affine in a row-free φ(θ) (non-centred hierarchical
-    #: models): measured on that zoo model at m = 1000, σ̂² ≈ 10⁻⁵ against 487 with the proxy in θ,
-    #: where the pseudo-marginal chain stuck (1.5% accepted). Unlike SGLD there is an accept step,
-    #: so the better proxy cannot make the chain diverge.
+    #: models), whose σ̂² is far smaller there than the proxy's in θ. Unlike SGLD there is an
+    #: accept step, so the better proxy cannot make the chain diverge.
     row_free_proxy = True
     ess_remedy = ("Lengthen tuning so the proposal scale adapts, run more draws, or use pms.HMCECS, "
                   "whose gradient-based moves mix faster.")
@@ -592,10 +597,10 @@ def _check_bound_order(bound, proxy_order, use_proxy):
 
     The confidence sampler's terms are remainders t_k of the order-r proxy, or plain
     differences of ℓ_k without a proxy (use_proxy=False or order 0, whose constant proxy
-    cancels). A bound for another order does not bound them (Alquier's ISS slides; measured: a bound for
-    order 2 with an order-1 proxy was exceeded 4-40x). Bounds without a ``proxy_order``
-    attribute cannot be checked here; the run-time check still applies.
+    cancels). A bound for another order does not bound them (Alquier's ISS slides). Bounds without
+    a ``proxy_order`` attribute cannot be checked here; the run-time check still applies.
     """
+    # measured: a bound for order 2 with an order-1 proxy was exceeded 4-40x
     if not hasattr(bound, "proxy_order") or proxy_order not in (0, 1, 2):
         return
     declared = bound.proxy_order
