@@ -59,11 +59,12 @@ def resolve_swap_size(swap_size, n: int, n_rows: int) -> int:
     row, so that ε scales as 1/r, and the spread of Δ_n under ν_{n,ε} ∝ exp(−ε‖Δ_n‖²),
     ~1/√(2ε) per coordinate, as √r. That spread is the spread of the subsets' scaled
     sub-posteriors, i.e. the widening of the θ-marginal, while the number of accepted
-    moves needed to cross ν_{n,ε} — (spread / step)² — does not depend on r. Measured
-    (benchmarks/README.md): the former default r = n // 100 (10 rows at n = 1000)
-    left the AR(2) σ-marginal at N = 10⁶ 1.54× too wide with the "map" summary and 5.5×
-    with "moments"; r = 1 gave 1.02× and 1.45×, at the same refresh rate and cost.
+    moves needed to cross ν_{n,ε} — (spread / step)² — does not depend on r, so one row
+    widens the θ-marginal least at the same refresh rate and cost (benchmarks/README.md).
     """
+    # measured: r = n // 100 (10 rows at n = 1000) left the AR(2) σ-marginal at N = 10⁶ 1.54× too
+    # wide with the "map" summary and 5.5× with "moments"; r = 1 gave 1.02× and 1.45×, at the same
+    # refresh rate and cost
     outside = n_rows - n
     if swap_size is None:
         return 1 if outside > 0 else 0
