@@ -288,10 +288,10 @@ class SubsampledTarget:
 
         The rows of R are marked by a 0/1 input r over the whole batch, and every sum is over the
         batch (Σ r d, Σ r d², Σ d − Σ r d): one fused pass over d whose gradient is elementwise in d.
-        Slices d[:n_exact] and d[n_exact:] made the gradient scatter into d (51 more nodes and a
-        second compiled estimator on crossed effects, 10⁵ rows).
+        Slices d[:n_exact] and d[n_exact:] would make the gradient scatter into d, a larger graph.
         """
 
+        # measured with slices: 51 more nodes and a second compiled estimator on crossed effects, 10⁵ rows
         def build(at_center):
             rest, m = pt.dscalar("n_rest"), pt.dscalar("m_rest")
             subsampled = pt.vector("subsampled", dtype="float64")

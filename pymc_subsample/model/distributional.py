@@ -17,7 +17,7 @@ map, with u_k = η_k(θ* + v) − η_k(θ*) = J_k v:
     H_k(θ) = J_kᵀ F''_k(θ) J_k.
 
 The generic path gets the same numbers by forward mode through the whole model graph (Rop of
-Rop), whose graphs take PyTensor many seconds to rewrite and compile on a first run, most of all
+Rop), whose graphs are slow for PyTensor to rewrite and compile on a first run, most of all
 for special functions (gammaln, digamma); here they are a few elementwise derivatives.
 A link is found for each free parameter: where the graph writes it as exp(x) or sigmoid(x), x
 itself; else the first of identity, log and logit under which it is numerically affine in θ.

@@ -186,10 +186,10 @@ class PointLayout:
     ``reads``: which coordinates each η reads (:func:`coordinates_read`; None: all).
 
     A coordinate no η reads (a centred hierarchical model's μ and τ, read by the prior alone) has no
-    point: η there equals η at 0, and its rows and columns of the sums are zero (the centred zoo
-    model: 6 points → 4 a chunk).
+    point: η there equals η at 0, and its rows and columns of the sums are zero.
     """
 
+    # measured on the centred zoo model: 4 points a chunk instead of 6
     def __init__(self, n, blocks, batch_inputs, reads=None):
         self.n, self.blocks = n, list(blocks)
         in_block = np.zeros(n, dtype=bool)
