@@ -87,12 +87,15 @@ def drift_check(step_name: str, reference_draws, remedy: str, threshold: float =
     s the mean and sd of each coordinate over ``reference_draws``: where the estimator's size and
     exact rows were last tuned and the mass matrix adapted. A chain in its stationary
     distribution keeps it near 3 (the largest of d normal deviates, d ≈ 100); one that slides away
-    after warm-up (on crossed group effects, a group scale going from 0.8 towards 0.001 while σ̂²
-    grew to 10⁸) leaves the reference's range by tens of its sds. Not the Laplace approximation at
-    θ*: on non-centred models θ* is the MAP, whose group scales are several times the posterior's,
-    and the draws of a chain that agrees with full-data NUTS sit 12 of its marginal sds away.
+    after warm-up (a group scale of crossed group effects collapsing towards 0 while σ̂² grows)
+    leaves the reference's range by tens of its sds. Not the Laplace approximation at θ*: on
+    non-centred models θ* is the MAP, whose group scales are several times the posterior's, and
+    the draws of a chain that agrees with full-data NUTS sit many of its marginal sds away.
     None (no check) with fewer than 50 reference draws.
     """
+    # measured: on crossed group effects a group scale went from 0.8 towards 0.001 while σ̂² grew to
+    # 10⁸; on a non-centred model the draws of a chain that agrees with full-data NUTS sat 12 of the
+    # Laplace approximation's marginal sds from θ*
     reference_draws = np.asarray(reference_draws, dtype=float)
     if reference_draws.ndim != 2 or reference_draws.shape[0] < 50:
         return None

@@ -332,14 +332,15 @@ class HMCECS(InnerHMC, SubsampleStep):
         whose η moves far under the posterior while the proxy is fixed at θ*) dominate σ² (eq. 4.3),
         and a uniform subsample holds them rarely (m = 1000 of 10⁵ rows misses a group of 46 rows
         63% of the time), so m must grow until it holds them often enough. Computed exactly, they
-        add no variance; the rest are subsampled (:meth:`SubsampledTarget.perturbed_with_exact`).
-        On crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace draws with
-        206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled. The number of
+        add no variance; the rest are subsampled (:meth:`SubsampledTarget.perturbed_with_exact`),
+        so that a few exact rows can replace a much larger m. The number of
         exact rows minimises the rows per estimate (:func:`choose_exact_rows`); where none is worth
         it, m is ``m_uniform``, the choice from pilot subsamples (:func:`choose_subsample_size`).
         ``keep``: rows that stay exact (during warm-up the set only grows, so that the estimator
         does not switch rows back and forth between chosen points).
         """
+        # measured on crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace
+        # draws with 206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled
         n = self.tall.n_rows
         rng = np.random.default_rng(len(thetas))  # its own stream: the pilot's draws stay as they were
         mean_d, _ = pilot_differences(rng, self.target, thetas, min(n, 2000))

@@ -101,8 +101,8 @@ class SubsampleMH(SubsampleStep):
         Austerity, two-sample (ε) and confidence (δ): the probability that a decision
         differs from exact MH's. The sequential tests spend it over their looks, level
         ε/(2k²) at look k (the ISS slides' (Alquier) δ_k; for the t-tests this replaces the level ε at every
-        look of El hanchi 2019 Algorithm 1, under which the decision error on hard decisions was
-        1.3-7 ε, see ``benchmarks/README.md``); the t-tests' guarantee holds
+        look of El hanchi 2019 Algorithm 1, under which the decision error on hard decisions is
+        several times ε, see ``benchmarks/README.md``); the t-tests' guarantee holds
         under the CLT, the confidence sampler's given a valid ``range_bound``.
         Barker (δ of Seita et al. 2017, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
         and the bound (6.4 E|Z|³ + 2 E|Z|)/√b + (correction CDF error ≈ 1.7e-5) on

@@ -79,9 +79,9 @@ class ZigZag(SubsampleStep):
         All free variables of the model (the default).
     switches_per_draw : float, optional
         Warm-up sets the horizon T of a draw to this many switches at the rate seen so far
-        (at most 100 Laplace sd); default 4d, each coordinate flipping about four times per draw:
-        the ESS per draw was 0.13-0.33 on Skin Segmentation with 2d (coefficients correlated at
-        ±0.6 mix slowest under axis-aligned velocities). Ignored when ``horizon`` is given.
+        (at most 100 Laplace sd); default 4d, each coordinate flipping about four times per draw,
+        since correlated coefficients mix slowest under axis-aligned velocities. Ignored when
+        ``horizon`` is given.
     horizon : float, optional
         A fixed time horizon per draw (no tuning).
     center : dict, array or None
@@ -161,6 +161,8 @@ class ZigZag(SubsampleStep):
             lipschitz_a=constants.a, lipschitz_b=constants.b, metric_r=metric_r,
         )
         self._draw_rows = glm_row_sampler(glm, center, constants, inv_r)
+        # measured with 2d: an ESS per draw of 0.13-0.33 on Skin Segmentation (coefficients
+        # correlated at ±0.6)
         self.switches_per_draw = 4.0 * self.tall.ndim if switches_per_draw is None else switches_per_draw
         self.fixed_horizon = horizon
         self._initial_horizon = horizon if horizon is not None else initial_horizon(precision)
@@ -177,10 +179,11 @@ class ZigZag(SubsampleStep):
         """Newton steps on the full data until θ* is within 0.1 Laplace sd of the mode (≤ 3 passes).
 
         ZZ-CV's O(1)-in-N cost needs ‖θ* − mode‖ = O(1/√N) (paper §4): the noise of the one-row
-        estimates grows with N|θ − θ*|. The default centre (subset MAP + one Newton step) was
-        1.0 posterior sd (Mahalanobis, d = 31) from the mode at N = 10⁶ and would be ~3 sd at
-        10⁷, where the ESS per draw fell 2.4x; each step here costs one full pass (Σℓ, A, B).
+        estimates grows with N|θ − θ*|, and the default centre (subset MAP + one Newton step) can
+        sit a posterior sd or more from the mode; each step here costs one full pass (Σℓ, A, B).
         """
+        # measured: the default centre was 1.0 posterior sd (Mahalanobis, d = 31) from the mode at
+        # N = 10⁶ and would be ~3 sd at 10⁷, where the ESS per draw fell 2.4x
         for _ in range(MAX_NEWTON):
             prior_grad = self.tall.prior_value_and_grad(self.proxy.center, setup=True)[1]
             grad = np.asarray(prior_grad) + self.proxy.grad_sum
