@@ -47,7 +47,7 @@ from pymc_subsample.model.tall import directional_derivative
 __all__ = ["KEPT_TERMS_MAX_VALUES", "SubsampledTarget"]
 
 #: the rows' terms at θ* of all N rows are kept in memory up to this many values (160 MB): 10⁶ rows
-#: of a regression with two linear predictors (eight terms a row) fit twenty times over
+#: of a regression with two linear predictors (eight terms a row) fit two and a half times over
 KEPT_TERMS_MAX_VALUES = 20_000_000
 
 
