@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
-from scipy import optimize
+from scipy import linalg, optimize
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 from pymc_subsample.model.distributional import JACOBIAN_GRADIENT_MAX_D
@@ -279,10 +279,42 @@ def _expansion_steps(tall, coordinates, start, rows, chunk_size, correction_rows
 def _expansion_maximum(tall, coordinates, theta, linear, quadratic):
     """The maximum of the expansion at θ with gradient ``linear`` and curvature ``quadratic`` in φ
     (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value).
+
+    L-BFGS runs in coordinates u with θ = θ_j + L⁻ᵀu, LLᵀ = −(JᵀBJ + ∇²log p(θ_j)) the expansion's
+    Gauss-Newton curvature at θ_j (J = ∂φ/∂θ): there the objective's Hessian is near the identity,
+    where in θ its condition number is that of N-scaled B against the prior's (crossed group
+    effects: 224-1,000 iterations per maximum in θ).
     """
-    expansion = (tall, coordinates, coordinates.value(theta), linear, _trust_region(linear, quadratic))
-    return optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
-                             options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10})
+    quadratic = _trust_region(linear, quadratic)
+    expansion = (tall, coordinates, coordinates.value(theta), linear, quadratic)
+    chol = _expansion_preconditioner(tall, coordinates, theta, quadratic)
+    options = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10}
+    if chol is None:
+        return optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
+                                 options=options)
+
+    def in_u(u):
+        point = theta + linalg.solve_triangular(chol, u, trans="T", lower=True)
+        value, grad = _negative_expansion(point, *expansion)
+        return value, linalg.solve_triangular(chol, grad, lower=True)
+
+    result = optimize.minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B", options=options)
+    result.x = theta + linalg.solve_triangular(chol, result.x, trans="T", lower=True)
+    return result
+
+
+def _expansion_preconditioner(tall, coordinates, theta, quadratic):
+    """Lower Cholesky factor of −(JᵀBJ + ∇²log p(θ)), or None where it is not positive definite."""
+    phi = coordinates.value(theta)
+    if phi.size == theta.size and np.array_equal(phi, theta):
+        jacobian = np.eye(theta.size)
+    else:
+        jacobian = np.stack([coordinates.vjp(theta, unit) for unit in np.eye(phi.size)])  # (r, d)
+    curvature = -(jacobian.T @ quadratic @ jacobian + tall.prior_hessian(theta))
+    try:
+        return np.linalg.cholesky(0.5 * (curvature + curvature.T))
+    except np.linalg.LinAlgError:
+        return None
 
 
 def _corrected_sums(tall, coordinates, theta, new_theta, linear, quadratic, rows):
