@@ -171,6 +171,10 @@ class ThetaCoordinates:
     def vjp(theta, weights):
         return weights
 
+    @staticmethod
+    def jacobian(theta):
+        return np.eye(np.size(theta))
+
     def gradient_pass(self, theta):
         """(Σ_k ℓ_k, A) over all rows."""
         return chunked_sum(self.tall, self.tall.loglik_sum_value_and_grad, theta, chunk_size=self.chunk_size)
@@ -193,7 +197,7 @@ class PhiCoordinates:
 
     def __init__(self, tall, view, chunk_size):
         self.tall, self.view, self.chunk_size = tall, view, chunk_size
-        self.value, self.vjp = view.phi.value, view.phi.vjp
+        self.value, self.vjp, self.jacobian = view.phi.value, view.phi.vjp, view.phi.jacobian
 
     def gradient_pass(self, theta):
         return chunked_sum(self.tall, self.view.phi_gradient_sums, theta, chunk_size=self.chunk_size)
@@ -307,11 +311,7 @@ def _expansion_maximum(tall, coordinates, theta, linear, quadratic):
 
 def _expansion_preconditioner(tall, coordinates, theta, quadratic):
     """Lower Cholesky factor of −(JᵀBJ + ∇²log p(θ)), or None where it is not positive definite."""
-    phi = coordinates.value(theta)
-    if phi.size == theta.size and np.array_equal(phi, theta):
-        jacobian = np.eye(theta.size)
-    else:
-        jacobian = np.stack([coordinates.vjp(theta, unit) for unit in np.eye(phi.size)])  # (r, d)
+    jacobian = coordinates.jacobian(theta)  # (r, d)
     curvature = -(jacobian.T @ quadratic @ jacobian + tall.prior_hessian(theta))
     try:
         return np.linalg.cholesky(0.5 * (curvature + curvature.T))

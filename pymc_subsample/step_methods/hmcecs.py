@@ -1,4 +1,4 @@
-"""HMC with energy-conserving subsampling (Dang, Quiroz, Kohn, Tran, Villani 2019; Dang et al. 2019).
+"""HMC with energy-conserving subsampling (Dang, Quiroz, Kohn, Tran & Villani 2019).
 
 One iteration (Algorithm 1) is a Gibbs sweep over (u, θ):
 
