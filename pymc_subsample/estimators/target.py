@@ -42,7 +42,7 @@ from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
 from pymc_subsample.model.distributional import NUMPY_TERMS_MIN_ROWS, RowTerms
 from pymc_subsample.model.op_patterns import matrix_vector_products_as_sums
-from pymc_subsample.model.tall import directional_derivative
+from pymc_subsample.model.tall import batch_length, directional_derivative
 
 __all__ = ["KEPT_TERMS_MAX_VALUES", "SubsampledTarget"]
 
@@ -307,7 +307,7 @@ class SubsampledTarget:
             return [rest, m, subsampled], derive
 
         fn = self._compile("perturbed", build)
-        rows = int(np.shape(batch[0])[0]) if batch else 1
+        rows = batch_length(batch)
         subsampled = np.ones(rows)
         subsampled[:n_exact] = 0.0
         extra = (np.asarray(n_rest, dtype="float64"), np.asarray(rows - n_exact, dtype="float64"), subsampled)
@@ -342,7 +342,7 @@ class SubsampledTarget:
 
         fn = self._compile("difference_jvp", build)
         dt = self.tall.theta.dtype
-        out = np.empty((int(np.shape(batch[0])[0]) if batch else 1, self.tall.ndim))
+        out = np.empty((batch_length(batch), self.tall.ndim))
         for j, e in enumerate(np.eye(self.tall.ndim, dtype=dt)):
             out[:, j] = fn(*self._args(theta, batch, e))
         return out

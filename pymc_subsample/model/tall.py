@@ -349,7 +349,7 @@ class TallModel:
         a loop over parameters, never over rows, so the cost is d passes of O(m).
         """
         theta = _as_theta(theta, self.theta.dtype)
-        grads = np.empty((_batch_length(batch), self.ndim))
+        grads = np.empty((batch_length(batch), self.ndim))
         loglik = None
         for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
             loglik, grads[:, j], _ = self.rows_directional(theta, e, e, batch)
@@ -360,7 +360,7 @@ class TallModel:
     def rows_hessian_vector(self, theta, direction, batch):
         """Per-row H_k(theta) v, shape (m, d), without forming the m x d x d Hessians."""
         theta = _as_theta(theta, self.theta.dtype)
-        out = np.empty((_batch_length(batch), self.ndim))
+        out = np.empty((batch_length(batch), self.ndim))
         for j, e in enumerate(np.eye(self.ndim, dtype=self.theta.dtype)):
             out[:, j] = self.rows_directional(theta, e, direction, batch)[2]
         return out
@@ -642,7 +642,8 @@ def _as_theta(theta, dtype):
     return np.asarray(theta, dtype=dtype)
 
 
-def _batch_length(batch) -> int:
+def batch_length(batch) -> int:
+    """Rows in ``batch`` (its inputs hold their rows on the first axis); 1 for a batch of no inputs."""
     return int(np.shape(batch[0])[0]) if batch else 1
 
 
