@@ -96,8 +96,9 @@ class PotentialForPyMC:
 
 class ProgressBarForPyMC:
     """PyMC's progress-bar hooks over the public methods ``progressbar_config(n_chains)`` and
-    ``progressbar_update_functions()``. A step class lists this mixin before PyMC's step class,
-    which has static versions of the hooks. See ``pymc_subsample.diagnostics.progress``.
+    ``progressbar_update_functions()``: the base of
+    ``pymc_subsample.diagnostics.progress.ProgressBarMixin``, which a step class lists before PyMC's
+    step class (that one has static versions of the hooks).
     """
 
     def _progressbar_config(self, n_chains=1):

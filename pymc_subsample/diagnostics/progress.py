@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymc_subsample.pymc_protocol import ProgressBarForPyMC
+
 __all__ = ["MISSING", "ProgressBarMixin", "StatColumn", "compact", "format_stat", "progressbar_config",
            "progressbar_update"]
 
@@ -99,13 +101,13 @@ def progressbar_update(
     return update_stats
 
 
-class ProgressBarMixin:
+class ProgressBarMixin(ProgressBarForPyMC):
     """The bar's configuration and update functions from :meth:`progress_columns`.
 
-    A step lists it with :class:`~pymc_subsample.pymc_protocol.ProgressBarForPyMC`,
-    both before PyMC's step class; that mixin gives PyMC its hooks over :meth:`progressbar_config`
-    and :meth:`progressbar_update_functions`. They are methods of the step, not static methods as
-    in PyMC, so the columns can depend on the step's settings.
+    A step lists it before PyMC's step class; its base
+    :class:`~pymc_subsample.pymc_protocol.ProgressBarForPyMC` gives PyMC its hooks over
+    :meth:`progressbar_config` and :meth:`progressbar_update_functions`. They are methods of the
+    step, not static methods as in PyMC, so the columns can depend on the step's settings.
     """
 
     #: the columns of the bar; override :meth:`progress_columns` when they depend on settings

@@ -29,7 +29,7 @@ from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, remembered_passes, setup_display
 from pymc_subsample.model.compile import compile_mode
 from pymc_subsample.model.tall import TallModel, observation_axis_length
-from pymc_subsample.pymc_protocol import ProgressBarForPyMC, step_state
+from pymc_subsample.pymc_protocol import step_state
 
 __all__ = [
     "BASE_KWARGS",
@@ -102,7 +102,7 @@ class SubsampleStepState(StepMethodState):
 
 
 @step_state(SubsampleStepState)
-class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepShared):
+class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     """Base class: model → tall model → centre → one :class:`SubsampledTarget`, plus PyMC plumbing.
 
     The columns each subclass adds to PyMC's progress bar are its ``_progress_columns`` (or its

@@ -31,7 +31,7 @@ from pymc_subsample.diagnostics.run_checks import RunCheck, RunMonitor, ess_chec
 from pymc_subsample.kernels import iss as K
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.pymc_protocol import ProgressBarForPyMC, step_state
+from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     RequestedModeMixin,
     SubsampleStepState,
@@ -97,7 +97,7 @@ class ISSState(SubsampleStepState):
 
 
 @step_state(ISSState)
-class ISS(RequestedModeMixin, ProgressBarMixin, ProgressBarForPyMC, ArrayStepShared):
+class ISS(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     """Informed sub-sampling MCMC (Alquier's ISS slides, "ISS-MCMC").
 
     Parameters
