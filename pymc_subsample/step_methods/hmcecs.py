@@ -297,20 +297,21 @@ class HMCECS(InnerHMC, SubsampleStep):
         # have their own warm-up re-tuning, _retune_signed)
         self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
         exact = np.zeros(0, dtype=int)
-        # the rows computed exactly are chosen by a pass over all N rows (_choose_exact_and_size)
-        self._rows_scored = subsample_size != "auto" or self.estimator != "perturbed"
+        # whether the pass over all N rows that picks the rows computed exactly
+        # (_choose_exact_and_size) was made; only "auto" with the perturbed estimator makes it
+        self._rows_scored = True
         if subsample_size == "auto" and self.estimator == "perturbed":
             # at θ* and the Laplace draws around it, where the chain will be after warm-up
             self._setup_points = np.vstack([self.proxy.center, thetas])
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-            if subsample_size > minimum:
+            # at the floor, which exact rows cannot lower, the pass would only find rows of large
+            # error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or
+            # stop_tuning after a shorter warm-up) makes it at its own draws before any draw is kept
+            self._rows_scored = subsample_size > minimum
+            if self._rows_scored:
                 exact, subsample_size = self._choose_exact_and_size(self._setup_points, subsample_size)
-                self._rows_scored = True
-            # else the pilot's m is the floor, which exact rows cannot lower: the pass would only
-            # find rows of large error that the pilot's 2,000 missed. The chain's re-tuning
-            # (SIZE_RETUNE_AT, or stop_tuning after a shorter warm-up) makes that pass at its own
-            # draws before any draw is kept; here it was 2-4 of the set-up's 14-27 full-gradient
-            # passes at 10⁶ rows (Poisson, negative binomial, zero-inflated Poisson).
+            # measured at 10⁶ rows, zoo GLMs: warm set-up 14-27 full-gradient passes with the pass
+            # at set-up, 4-10 without (two benchmark rounds on one machine)
         elif subsample_size == "auto":
             subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
         self._setup_exact, self._setup_scored = exact, self._rows_scored
