@@ -154,8 +154,9 @@ class RowFreeTaylorProxy(TaylorProxy):
                                               self.order)
         return self.loglik_sum + value, grad
 
-    # φ's graph is small: compiled into the estimator's function, where a separate function cost a
-    # first run ~1.7 s of C compilation and each leapfrog step a call
+    # φ's graph is small: compiled into the estimator's function. measured (non-centred, 10⁵ rows): on
+    # PyTensor's Python linker as a call of its own, 0.18 ms a leapfrog step against 0.04 ms for the
+    # whole estimator
     sum_in_graph = True
 
     def sum_graph(self):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.gradient import disconnected_grad
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.traversal import toposort
@@ -251,14 +252,32 @@ class RowFreeParameters:
         return self._vectorised_fns[over]
 
     def quadratic_graph(self, center_phi, linear, quadratic, order):
-        """Aᵀ Δφ + ½ Δφᵀ B Δφ, truncated at ``order``, with Δφ = φ(θ) − φ*: a graph in θ (the arguments
-        are arrays or symbolic tensors).
+        """Aᵀ Δφ + ½ Δφᵀ B Δφ for a symmetric B, truncated at ``order``, with Δφ = φ(θ) − φ*: a graph in
+        θ (the arguments are arrays or symbolic tensors) whose θ-gradient is Dφᵀ(A + B Δφ).
+
+        Written piece by piece, with w = B Δφ held constant under differentiation,
+
+            Σ_p (A + w)_pᵀ Δφ_p − ½ Σ_p Δφ_pᵀ w_p,
+
+        which has the value above and, B being symmetric, the gradient (A + w)ᵀ dΔφ: no ``Join`` of
+        the pieces, no ``Split`` of their gradient and no Bᵀ product, each a kernel of its own for
+        Numba to compile (:meth:`value` called once before, for the pieces' sizes).
         """
-        delta = self._flat - center_phi
-        value = pt.dot(linear, delta) if order >= 1 else pt.zeros(())
-        if order == 2:
-            value = value + 0.5 * pt.dot(delta, pt.dot(quadratic, delta))
-        return value
+        bounds = self.piece_bounds
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        deltas = [pt.cast(g, "float64").ravel() - center_phi[a:b]
+                  for g, (a, b) in zip(self.graphs, spans, strict=True)]
+        if order == 0:
+            return pt.zeros(())
+
+        def along_pieces(coefficients):
+            return sum((coefficients[a:b] * delta).sum() for (a, b), delta in zip(spans, deltas, strict=True))
+
+        if order == 1:
+            return along_pieces(linear)
+        held = disconnected_grad(pt.concatenate(deltas))
+        w = disconnected_grad(pt.dot(quadratic, held))
+        return along_pieces(linear + w) - 0.5 * (w * held).sum()
 
     def quadratic(self, theta, center_phi, linear, quadratic, order):
         """:meth:`quadratic_graph` and its gradient in θ at ``theta``, from one compiled call."""
