@@ -4,18 +4,12 @@ import numpy as np
 import pymc as pm
 import pytest
 from conftest import gaussian_linear_model, logistic_data, logistic_model, normal_population
+from oracles import block_poisson, combine_gradient, control_variate_gradient, plain_gradient
 from scipy.stats import norm
 
 from pymc_subsample import TallModel, TaylorProxy
 from pymc_subsample.control_variates.center import find_map_theta
-from pymc_subsample.estimators import (
-    block_poisson,
-    combine_gradient,
-    control_variate_gradient,
-    difference_estimator,
-    perturbed_loglik,
-    plain_gradient,
-)
+from pymc_subsample.estimators import difference_estimator, perturbed_loglik
 from pymc_subsample.estimators.subsampled import perturbed_value
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels.potential import SubsampledPotential

@@ -1,17 +1,17 @@
 """Subsampled log-likelihood estimators (Dang et al. 2019 §4-5) as plain array functions.
 
 Every estimator takes the per-row differences d_i = ℓ_{u_i}(θ) − q_{u_i}(θ) of a
-subsample u drawn uniformly with replacement (ω_k = 1/n). The NumPy functions here
-return ``weights`` = ∂value/∂d_i too, so that the gradient of the estimate is
+subsample u drawn uniformly with replacement (ω_k = 1/n). :func:`perturbed_loglik`
+returns ``weights`` = ∂value/∂d_i too, so that the gradient of the estimate is
 
-    ∇Σ_k q_k(θ) + Σ_i weights_i (∇ℓ_{u_i}(θ) − ∇q_{u_i}(θ))      (:func:`combine_gradient`).
+    ∇Σ_k q_k(θ) + Σ_i weights_i (∇ℓ_{u_i}(θ) − ∇q_{u_i}(θ)).
 
 The samplers do not assemble that sum from per-row gradients: the value formulas
 (:func:`difference_parts`, :func:`block_poisson_log_abs`) are written so that they run
 on PyTensor tensors too, and :class:`~pymc_subsample.estimators.target.SubsampledTarget`
 differentiates them in one compiled graph; reverse mode then computes exactly the
-weights above and the VJPs/HVP of docs/design.md ("One target"). The weights stay here as the
-analytic reference the tests check that graph against.
+weights above and the VJPs/HVP of docs/design.md ("One target"). The tests check that graph
+against the sum assembled in NumPy (``tests/oracles.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "block_poisson",
     "block_poisson_log_abs",
     "block_poisson_sign",
     "difference_parts",
-    "combine_gradient",
     "difference_estimator",
     "perturbed_loglik",
 ]
@@ -90,45 +88,6 @@ def perturbed_loglik(d, n, sum_q=0.0):
     return loglik_hat - 0.5 * sigma2_hat, weights, sigma2_hat
 
 
-def block_poisson(d_batches, n, a, lam, sum_q=0.0):
-    """Block-Poisson estimator of the likelihood (Dang et al. 2019 eq. 5.1), on the log scale.
-
-    L̂ = exp(Σq) Π_{l=1}^{λ} ξ_l, ξ_l = exp((a+λ)/λ) Π_{h=1}^{X_l} (d̂^{(h,l)} − a)/λ with
-    X_l ~ Pois(1). Since Π_l exp((a+λ)/λ) = exp(a + λ), only the pooled mini-batch
-    estimates d̂^{(h,l)} = (n/m) Σ_i d_i matter for the value; the grouping into λ
-    blocks only matters for which mini-batches are refreshed together.
-
-    Parameters
-    ----------
-    d_batches : array, shape (B, m)
-        d_i for each of the B = Σ_l X_l mini-batches (B may be 0).
-    n : int
-    a : float
-        Lower-bound parameter a (a ≤ d̂ keeps the sign positive).
-    lam : int
-        λ, the number of Poisson blocks.
-    sum_q : float
-
-    Returns
-    -------
-    log_abs : float
-        log |L̂|.
-    sign : int
-        +1 or −1, the sign of L̂.
-    weights : array, shape (B, m)
-        ∂ log|L̂| / ∂ d_i = (n/m) / (d̂_b − a).
-    """
-    d_batches = np.asarray(d_batches, dtype=float)
-    if d_batches.ndim != 2:
-        raise ValueError("d_batches must have shape (number of mini-batches, m).")
-    m = d_batches.shape[1] if d_batches.size else 1
-    d_hat = (n / m) * d_batches.sum(axis=1)
-    with np.errstate(divide="ignore"):
-        log_abs = sum_q + block_poisson_log_abs(d_hat, a, lam, np.log)
-        weights = np.broadcast_to(((n / m) / (d_hat - a))[:, None], d_batches.shape).copy()
-    return float(log_abs), block_poisson_sign(d_hat, a), weights
-
-
 def block_poisson_log_abs(d_hat, a, lam, log):
     """log|L̂| − Σq = a + λ + Σ_b log|(d̂_b − a)/λ| (eq. 5.1), NumPy or PyTensor (``log``)."""
     return a + lam + log(abs((d_hat - a) / lam)).sum()
@@ -139,15 +98,3 @@ def block_poisson_sign(d_hat, a) -> int:
     d_hat = np.asarray(d_hat, dtype=float)
     sign = int(np.prod(np.sign(d_hat - a))) if d_hat.size else 1
     return sign if sign != 0 else 1  # a factor exactly zero has measure zero
-
-
-def combine_gradient(sum_q_grad, weights, loglik_grads, proxy_grads):
-    """∇ of an estimate: ∇Σq + Σ_i w_i (∇ℓ_i − ∇q_i) (Dang et al. 2019 eq. 4.7 for w_i = n/m).
-
-    Parameters
-    ----------
-    sum_q_grad : array (d,)
-    weights : array (m,)
-    loglik_grads, proxy_grads : arrays (m, d)
-    """
-    return sum_q_grad + weights @ (loglik_grads - proxy_grads)
