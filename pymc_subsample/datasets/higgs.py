@@ -82,7 +82,8 @@ def load_higgs(
     Returns
     -------
     Dataset
-        ``X`` with the 28 columns named in :data:`HIGGS_FEATURE_NAMES` and
+        ``X`` with the 28 columns named in
+        :data:`~pymc_subsample.datasets.higgs.HIGGS_FEATURE_NAMES` and
         ``y`` the 0/1 signal label. No intercept column is added.
     """
     files = files_for_part(path, part, _PARTS, "train", "HIGGS data")
