@@ -10,7 +10,12 @@ import pytest
 from conftest import logistic_data, logistic_model, needs_data, skin_segmentation
 
 import pymc_subsample as pms
-from pymc_subsample.control_variates.zigzag_bounds import glm_row_constants, glm_row_sampler
+from pymc_subsample.control_variates.zigzag_bounds import (
+    glm_row_constants,
+    glm_row_sampler,
+    lipschitz_row_weights,
+    row_lipschitz_maxima,
+)
 from pymc_subsample.kernels.zigzag import (
     RowStream,
     ZigZagCounts,
@@ -18,10 +23,8 @@ from pymc_subsample.kernels.zigzag import (
     first_arrival_times,
     gaussian_score,
     initial_horizon,
-    lipschitz_row_weights,
     logistic_score,
     random_velocity,
-    row_lipschitz_maxima,
     tuned_horizon,
 )
 from pymc_subsample.model.glm import linear_predictor_model

@@ -14,13 +14,59 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_subsample.kernels.zigzag import lipschitz_row_weights, row_lipschitz_maxima
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 
-__all__ = ["ROW_CHOICES", "RowConstants", "glm_row_constants", "glm_row_sampler", "quadratic_prior"]
+__all__ = ["ROW_CHOICES", "RowConstants", "glm_row_constants", "glm_row_sampler", "lipschitz_row_weights",
+           "quadratic_prior", "row_lipschitz_maxima"]
 
 #: how ZigZag draws the row of each candidate switch
 ROW_CHOICES = ("lipschitz", "uniform")
+
+
+def lipschitz_row_weights(jac, inv_r):
+    """w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ for the rows of ``jac`` (m, d): each row's Lipschitz constant of the
+    largest of its d gradient coordinates in the bound's metric, without κ (the sampling weights of
+    :mod:`pymc_subsample.kernels.zigzag`'s rows).
+    """
+    jac = np.asarray(jac, dtype=float)
+    return np.abs(jac).max(axis=1) * np.linalg.norm(jac @ inv_r, axis=1)
+
+
+def row_lipschitz_maxima(jac, inv_r, weights=None):
+    """Per-coordinate maxima over the rows of ``jac`` of |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and |J_kj| ‖J_k‖₁ / w_k.
+
+    Parameters
+    ----------
+    jac : ndarray (m, d)
+        J_k = ∂η_k/∂θ for m rows.
+    inv_r : ndarray (d, d)
+        R⁻¹, R the upper Cholesky factor of the metric P = RᵀR; (R⁻ᵀJ_k)ᵀ = J_kᵀR⁻¹.
+    weights : ndarray (m,), optional
+        w_k ≥ 0, the rows' sampling weights; None: uniform (w ≡ 1). A row of weight 0 is never
+        drawn and must have J_k = 0 (its gradient is then 0 and it adds nothing to any estimate).
+
+    Returns
+    -------
+    a, b : ndarray (d,)
+        Multiply by κ to get the constants a_j, b_j of the thinning bound
+        (:mod:`pymc_subsample.kernels.zigzag`). Maxima combine over chunks by ``np.maximum``, so a
+        full pass is one streamed reduction.
+    """
+    jac = np.asarray(jac, dtype=float)
+    abs_jac = np.abs(jac)
+    metric_norm = np.linalg.norm(jac @ inv_r, axis=1)
+    l1_norm = abs_jac.sum(axis=1)
+    if weights is None:
+        scale = np.ones(len(jac))
+    else:
+        weights = np.asarray(weights, dtype=float)
+        if np.any((weights <= 0) & (abs_jac.max(axis=1, initial=0.0) > 0)):
+            raise ValueError("a row with J_k ≠ 0 has sampling weight 0: it would never be drawn, and the "
+                             "estimates would be biased. Give every row with J_k ≠ 0 a positive weight.")
+        scale = np.divide(1.0, weights, out=np.zeros(len(jac)), where=weights > 0)
+    a = (abs_jac * (metric_norm * scale)[:, None]).max(axis=0, initial=0.0)
+    b = (abs_jac * (l1_norm * scale)[:, None]).max(axis=0, initial=0.0)
+    return a, b
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,13 @@ whose estimate exceeds its bound (there must be none).
 **Which rows.** Uniform rows (w ≡ 1) make the bound N max_k |J_kj|‖R⁻ᵀJ_k‖₂: set by the most
 extreme row, it grows with N for unbounded covariates (≈ √(2 log N) for Gaussian ones), and the
 thinning efficiency falls with it. Rows drawn in proportion to their own Lipschitz constant,
-w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ (:func:`lipschitz_row_weights`; the Lipschitz importance sampling of
-El hanchi 2019 §4.3, applied to the Zig-Zag rates), give a_j ≤ 1, so W a_j ≤ Σ_k w_k: N times the mean
-constant instead of N times the largest. Likewise b_j ≤ max_k ‖J_k‖₁/‖R⁻ᵀJ_k‖₂, a ratio of norms
-that no single row can make large. So the bound stops depending on the extreme rows. One weight
-per row is kept (not one per row and coordinate: d·N numbers would not fit at N = 10⁸).
+w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂
+(:func:`~pymc_subsample.control_variates.zigzag_bounds.lipschitz_row_weights`; the Lipschitz
+importance sampling of El hanchi 2019 §4.3, applied to the Zig-Zag rates), give a_j ≤ 1, so
+W a_j ≤ Σ_k w_k: N times the mean constant instead of N times the largest. Likewise
+b_j ≤ max_k ‖J_k‖₁/‖R⁻ᵀJ_k‖₂, a ratio of norms that no single row can make large. So the bound
+stops depending on the extreme rows. One weight per row is kept (not one per row and coordinate:
+d·N numbers would not fit at N = 10⁸).
 
 **Simulation.** The bound from a segment's start holds along the whole line until v changes, so
 candidate times of all d coordinates are drawn ahead (K per coordinate, complete up to the
@@ -71,9 +73,7 @@ __all__ = [
     "gaussian_score",
     "initial_horizon",
     "logistic_score",
-    "lipschitz_row_weights",
     "random_velocity",
-    "row_lipschitz_maxima",
     "tuned_horizon",
 ]
 
@@ -98,50 +98,6 @@ SCORES = {
     "bernoulli_logit": lambda glm: logistic_score,
     "normal_identity": lambda glm: gaussian_score(glm.sigma),
 }
-
-
-def lipschitz_row_weights(jac, inv_r):
-    """w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂ for the rows of ``jac`` (m, d): each row's Lipschitz constant of the
-    largest of its d gradient coordinates in the bound's metric, without κ (module docstring).
-    """
-    jac = np.asarray(jac, dtype=float)
-    return np.abs(jac).max(axis=1) * np.linalg.norm(jac @ inv_r, axis=1)
-
-
-def row_lipschitz_maxima(jac, inv_r, weights=None):
-    """Per-coordinate maxima over the rows of ``jac`` of |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and |J_kj| ‖J_k‖₁ / w_k.
-
-    Parameters
-    ----------
-    jac : ndarray (m, d)
-        J_k = ∂η_k/∂θ for m rows.
-    inv_r : ndarray (d, d)
-        R⁻¹, R the upper Cholesky factor of the metric P = RᵀR; (R⁻ᵀJ_k)ᵀ = J_kᵀR⁻¹.
-    weights : ndarray (m,), optional
-        w_k ≥ 0, the rows' sampling weights; None: uniform (w ≡ 1). A row of weight 0 is never
-        drawn and must have J_k = 0 (its gradient is then 0 and it adds nothing to any estimate).
-
-    Returns
-    -------
-    a, b : ndarray (d,)
-        Multiply by κ to get the constants a_j, b_j of the module docstring. Maxima combine
-        over chunks by ``np.maximum``, so a full pass is one streamed reduction.
-    """
-    jac = np.asarray(jac, dtype=float)
-    abs_jac = np.abs(jac)
-    metric_norm = np.linalg.norm(jac @ inv_r, axis=1)
-    l1_norm = abs_jac.sum(axis=1)
-    if weights is None:
-        scale = np.ones(len(jac))
-    else:
-        weights = np.asarray(weights, dtype=float)
-        if np.any((weights <= 0) & (abs_jac.max(axis=1, initial=0.0) > 0)):
-            raise ValueError("a row with J_k ≠ 0 has sampling weight 0: it would never be drawn, and the "
-                             "estimates would be biased. Give every row with J_k ≠ 0 a positive weight.")
-        scale = np.divide(1.0, weights, out=np.zeros(len(jac)), where=weights > 0)
-    a = (abs_jac * (metric_norm * scale)[:, None]).max(axis=0, initial=0.0)
-    b = (abs_jac * (l1_norm * scale)[:, None]).max(axis=0, initial=0.0)
-    return a, b
 
 
 def first_arrival_times(alpha, beta, level):
@@ -228,7 +184,7 @@ class ZigZagCV:
         κ ≥ sup |∂²ℓ/∂η²|.
     lipschitz_a, lipschitz_b : ndarray (d,)
         max_k |J_kj| ‖R⁻ᵀJ_k‖₂ / w_k and max_k |J_kj| ‖J_k‖₁ / w_k over all N rows (without κ;
-        :func:`row_lipschitz_maxima`).
+        :func:`~pymc_subsample.control_variates.zigzag_bounds.row_lipschitz_maxima`).
     metric_r : ndarray (d, d)
         R, with ‖RΔ‖₂ the norm of Δ in the bound.
     """
