@@ -1,11 +1,12 @@
 """The private names PyMC 6.4's step protocol reads, written in this module only.
 
 PyMC reads a few underscore-prefixed attributes of a step method and of a ``logp_dlogp_func``.
-Only this module writes them: the step methods and potentials use the public-named adapters
-below, which delegate to public methods. If PyMC renames one of these names, only this file changes
+Only this module writes them: the step methods use the public-named adapters below, which
+delegate to public methods. If PyMC renames one of these names, only this file changes
 (``tests/test_compile.py`` checks that no other module of the package uses them, and that the
 installed PyMC still reads each where it is listed below). It imports nothing, and sits beside the
-layers rather than in one: kernels (the potentials) and step methods both use it.
+layers rather than in one; the kernels, which know nothing of PyMC, never import it
+(``tests/test_layers.py``).
 
 Names PyMC reads, and what it does with them:
 

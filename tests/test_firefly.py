@@ -1,6 +1,8 @@
 """Firefly Monte Carlo (pms.FireflyMC): bounds, brightness kernels, exactness against full-data NUTS."""
 
 
+from functools import partial
+
 import arviz as az
 import numpy as np
 import pymc as pm
@@ -160,7 +162,7 @@ def test_potential_gradient_matches_finite_differences(rng):
     bound = SlackBound(JaakkolaJordanBound(), 0.01)
     a, b, c = bound.coefficients(offset + jac @ center, y)
     no_rows = CollapsedBound(0.0, np.zeros(d), np.zeros((d, d)))
-    pot = FireflyPotential("bernoulli_logit", lambda t: (-0.5 * t @ t, -t), no_rows)
+    pot = FireflyPotential(partial(row_loglik, "bernoulli_logit"), lambda t: (-0.5 * t @ t, -t), no_rows)
     pot.bright = BrightRows(np.arange(m), offset, jac, y, a, b, c)
     theta = center + 0.3 * rng.normal(size=d)
     value, grad = pot.value_and_grad(theta)

@@ -28,9 +28,6 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from pymc_subsample.control_variates.firefly_bounds import row_loglik
-from pymc_subsample.pymc_protocol import PotentialForPyMC
-
 __all__ = [
     "BrightRows",
     "FireflyPotential",
@@ -57,9 +54,12 @@ def d_log_expm1(r):
     return 1.0 / -np.expm1(-np.asarray(r, dtype=float))
 
 
-def bright_log_odds(family, eta, y, a, b, c):
-    """log[(L_k − B_k)/B_k] = log_expm1(ℓ_k − log B_k), and r_k = ℓ_k − log B_k (negative: bound broken)."""
-    loglik, _ = row_loglik(family, eta, y)
+def bright_log_odds(row_loglik, eta, y, a, b, c):
+    """log[(L_k − B_k)/B_k] = log_expm1(ℓ_k − log B_k), and r_k = ℓ_k − log B_k (negative: bound broken).
+
+    ``row_loglik(η, y) -> (ℓ, ∂ℓ/∂η)`` is the rows' family, vectorised over the rows.
+    """
+    loglik, _ = row_loglik(eta, y)
     r = loglik - (a + b * eta + c * eta**2)
     return log_expm1(r), r
 
@@ -134,18 +134,19 @@ class BrightRows:
         return BrightRows(**{k: v[order] for k, v in parts.items()})
 
 
-class FireflyPotential(PotentialForPyMC):
-    """log π(θ) + Σ_k log B_k(θ) + Σ_{bright} log_expm1(r_k(θ)) and its gradient, for PyMC's NUTS/HMC.
+class FireflyPotential:
+    """log π(θ) + Σ_k log B_k(θ) + Σ_{bright} log_expm1(r_k(θ)) and its gradient, for NUTS/HMC.
 
-    A ``logp_dlogp_func`` for PyMC's leapfrog integrator through :meth:`logp_dlogp` (as
-    :class:`~pymc_subsample.kernels.potential.SubsampledPotential`), so PyMC's NUTS runs on it
-    unchanged. Per call: the prior (one compiled call), the collapsed bound O(d²), and the
-    bright rows O(n_bright · d) in NumPy.
+    :meth:`logp_dlogp` and ``dtype`` are what a leapfrog integrator needs (as
+    :class:`~pymc_subsample.kernels.potential.SubsampledPotential`); the step method hands them to
+    PyMC's NUTS, which runs on them unchanged. Per call: the prior (one compiled call), the
+    collapsed bound O(d²), and the bright rows O(n_bright · d) in NumPy.
 
     Parameters
     ----------
-    family : str
-        GLM family of the rows (``row_loglik``).
+    row_loglik : callable
+        (η, y) ↦ (ℓ, ∂ℓ/∂η) of the rows' GLM family, vectorised over the rows
+        (``control_variates.firefly_bounds.row_loglik`` with the family given).
     prior : callable
         θ ↦ (log π(θ), ∇ log π(θ)).
     collapsed : CollapsedBound
@@ -153,8 +154,8 @@ class FireflyPotential(PotentialForPyMC):
     dtype : str
     """
 
-    def __init__(self, family, prior, collapsed, dtype="float64"):
-        self.family = family
+    def __init__(self, row_loglik, prior, collapsed, dtype="float64"):
+        self.row_loglik = row_loglik
         self.prior = prior
         self.collapsed = collapsed
         self.dtype = dtype
@@ -170,7 +171,7 @@ class FireflyPotential(PotentialForPyMC):
         if rows is not None and rows.size:
             self.n_rows_evaluated += rows.size
             eta = rows.eta(theta)
-            loglik, dloglik = row_loglik(self.family, eta, rows.y)
+            loglik, dloglik = self.row_loglik(eta, rows.y)
             r = loglik - (rows.a + rows.b * eta + rows.c * eta**2)
             if not np.all(r > 0):  # L_k = B_k: the augmented density is 0 here
                 return -np.inf, np.zeros_like(theta)
@@ -179,6 +180,6 @@ class FireflyPotential(PotentialForPyMC):
         return value, grad
 
     def logp_dlogp(self, q):
-        """(logp, dlogp) at the raveled q in ``dtype``, as PyMC's leapfrog integrator takes them."""
+        """(logp, dlogp) at the raveled q in ``dtype``, as a leapfrog integrator takes them."""
         value, grad = self.value_and_grad(q)
         return np.asarray(value, dtype=self.dtype), np.asarray(grad, dtype=self.dtype)

@@ -2,11 +2,10 @@
 
 This is the Hamiltonian's potential energy −Û(θ) of Dang et al. 2019 eq. (3.4), with the
 same subsample u in the dynamics and in the acceptance (eq. 3.6-3.7). Its
-``logp_dlogp(q)`` and ``dtype`` are what PyMC's ``CpuLeapfrogIntegrator`` needs of a
-``logp_dlogp_func``; the private names PyMC reads them through come from
-:class:`~pymc_subsample.pymc_protocol.PotentialForPyMC`. So PyMC's own NUTS and
-HMC run on it unchanged — the NumPyro ``HMCGibbs`` pattern of a wrapper around an untouched
-inner kernel.
+``logp_dlogp(q)`` and ``dtype`` are what a leapfrog integrator needs; the step method hands them
+to PyMC's own NUTS and HMC through
+:class:`~pymc_subsample.step_methods.inner_hmc.PyMCPotential`, so those run on it unchanged — the
+NumPyro ``HMCGibbs`` pattern of a wrapper around an untouched inner kernel.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_subsample.estimators.loglik import block_poisson_sign
-from pymc_subsample.pymc_protocol import PotentialForPyMC
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]
@@ -46,7 +44,7 @@ class SignedSubsample:
         return np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups]).astype(int)
 
 
-class SubsampledPotential(PotentialForPyMC):
+class SubsampledPotential:
     """log p(θ) + log L̂(θ; u) and its gradient for the current subsample ``u``.
 
     Parameters
@@ -121,7 +119,7 @@ class SubsampledPotential(PotentialForPyMC):
         return Estimate(value, grad, var, block_poisson_sign(d_hat, self.a))
 
     def logp_dlogp(self, q):
-        """(logp, dlogp) at the raveled q in ``dtype``, as PyMC's leapfrog integrator takes them; an
+        """(logp, dlogp) at the raveled q in ``dtype``, as a leapfrog integrator takes them; an
         estimate recorded since :meth:`record_trajectory` is returned without evaluating again.
         """
         est = self.recorded(q)

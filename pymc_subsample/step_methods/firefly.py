@@ -15,6 +15,7 @@ Jaakkola-Jordan bound tightened at the centre θ* for logistic regression, or th
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from pymc_subsample.control_variates.firefly_bounds import (
     collapse_bound,
     resolve_bound,
     row_coefficients,
+    row_loglik,
 )
 from pymc_subsample.diagnostics.progress import StatColumn
 from pymc_subsample.diagnostics.run_checks import RunCheck
@@ -152,6 +154,8 @@ class FireflyMC(InnerHMC, SubsampleStep):
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
         # proxy_order=2: the target's one pass gives Σ H_k(θ*) for the Laplace mass matrix
         super().__init__(vars, model=model, center=center, proxy_order=2, **base_kwargs)
+        # the rows' log-likelihood (η, y) ↦ (ℓ, ∂ℓ/∂η) of the GLM family: the kernels take the function
+        self.row_loglik = partial(row_loglik, self.glm.family)
         precision = self.target.laplace_precision()
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.max_bright_fraction = float(max_bright_fraction)
@@ -162,7 +166,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
             warn_poor(self._loose_message(f"{self.expected_bright_fraction:.1%}", "expected from a pilot"))
         chunk = {"chunk_size": base_kwargs["chunk_size"]} if "chunk_size" in base_kwargs else {}
         self.collapsed = collapse_bound(self.glm, self.bound, self.proxy.center, **chunk)
-        self.potential = FireflyPotential(self.glm.family, self.tall.prior_value_and_grad, self.collapsed,
+        self.potential = FireflyPotential(self.row_loglik, self.tall.prior_value_and_grad, self.collapsed,
                                           self.tall.theta.dtype)
         self.inner = self._make_inner(inner, "laplace", precision, trajectory_length, target_accept, kwargs)
         self.bright = BrightRows.empty(self.tall.ndim)
@@ -203,8 +207,8 @@ class FireflyMC(InnerHMC, SubsampleStep):
 
         def odds(b):
             a_, b_, c_ = row_coefficients(b, eta_center, y)
-            family = self.glm.family
-            return np.exp(np.concatenate([bright_log_odds(family, e, y, a_, b_, c_)[0] for e in etas]))
+            return np.exp(np.concatenate([bright_log_odds(self.row_loglik, e, y, a_, b_, c_)[0]
+                                          for e in etas]))
 
         if slack == "auto":
             tight = odds(bound)
@@ -247,7 +251,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
         rng, glm, rate, rows = self.rng, self.glm, self.proposal_rate, self.bright
         kept = rows
         if rows.size:
-            log_odds, r = bright_log_odds(glm.family, rows.eta(theta), rows.y, rows.a, rows.b, rows.c)
+            log_odds, r = bright_log_odds(self.row_loglik, rows.eta(theta), rows.y, rows.a, rows.b, rows.c)
             self._check_bound(r)
             kept = rows.select(~flip_bright(rng, log_odds, rate))
         proposed = propose_dark(rng, self.tall.n_rows, rate, rows.idx)
@@ -255,7 +259,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
             batch = self.tall.gather(proposed)
             y = glm.observed(batch)
             a, b, c = row_coefficients(self.bound, glm.eta(self.proxy.center, batch), y)
-            log_odds, r = bright_log_odds(glm.family, glm.eta(theta, batch), y, a, b, c)
+            log_odds, r = bright_log_odds(self.row_loglik, glm.eta(theta, batch), y, a, b, c)
             self._check_bound(r)
             on = flip_dark(rng, log_odds, rate)
             if on.any():

@@ -2,8 +2,9 @@
 
 The NumPyro ``HMCGibbs`` pattern: the outer step updates its auxiliary state (a subsample, the
 brightness of the rows) and hands PyMC's unchanged NUTS/HMC a ``logp_dlogp_func`` whose value
-and gradient read that state. What the two steps share lives here: building the inner sampler,
-passing tuning and the random generator on to it, and renaming its stats to ArviZ's names.
+and gradient read that state. What the two steps share lives here: the adapter that gives a
+kernel's potential to PyMC, building the inner sampler, passing tuning and the random generator on
+to it, and renaming its stats to ArviZ's names.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pymc as pm
 import scipy.linalg
 from pymc.step_methods.hmc.quadpotential import QuadPotentialFull, QuadPotentialFullAdapt
 
-__all__ = ["INNER_HMC_STATS", "INNER_STAT_NAMES", "InnerHMC", "LaplaceMetric"]
+from pymc_subsample.pymc_protocol import PotentialForPyMC
+
+__all__ = ["INNER_HMC_STATS", "INNER_STAT_NAMES", "InnerHMC", "LaplaceMetric", "PyMCPotential"]
 
 #: stats of PyMC's NUTS/HMC that the steps wrapping it (HMCECS, FireflyMC) report, ArviZ's names
 INNER_HMC_STATS = {
@@ -40,6 +43,25 @@ INNER_STAT_NAMES = {
     "depth": "tree_depth",
     "tree_size": "n_steps",
 }
+
+
+class PyMCPotential(PotentialForPyMC):
+    """PyMC's ``logp_dlogp_func`` over a kernel's potential, which knows nothing of PyMC.
+
+    Parameters
+    ----------
+    potential : object
+        A potential of :mod:`pymc_subsample.kernels` (``SubsampledPotential``,
+        ``FireflyPotential``): its ``logp_dlogp(q)`` gives (logp, dlogp) at the raveled q in its
+        ``dtype``.
+    """
+
+    def __init__(self, potential):
+        self.potential = potential
+        self.dtype = potential.dtype
+        # the potential's own bound method: PyMC's integrator reads it once and calls it at every
+        # leapfrog step, so the adapter adds no call per step
+        self.logp_dlogp = potential.logp_dlogp
 
 
 class LaplaceMetric(QuadPotentialFull):
@@ -68,7 +90,9 @@ class LaplaceMetric(QuadPotentialFull):
 
 
 class InnerHMC:
-    """Mixin for a :class:`SubsampleStep` whose ``self.inner`` is PyMC's NUTS/HMC on ``self.potential``."""
+    """Mixin for a :class:`SubsampleStep` whose ``self.inner`` is PyMC's NUTS/HMC on ``self.potential``,
+    a kernel's potential.
+    """
 
     def _make_inner(self, inner, mass_matrix, precision, trajectory_length, target_accept, kwargs):
         """PyMC's NUTS (or HMC with ``trajectory_length``, default 1.2) on ``self.potential``.
@@ -97,7 +121,7 @@ class InnerHMC:
         kwargs.update(
             vars=self.tall.value_vars,
             model=self.tall.model,
-            logp_dlogp_func=self.potential,
+            logp_dlogp_func=PyMCPotential(self.potential),
             # the tall model's (PyMC reads only its shapes): PyMC would compile and call
             # model.initial_point() again, 5-10 ms of a warm set-up
             initial_point=self.tall.initial_point,
