@@ -7,10 +7,10 @@ with correlated blocks larger values are tolerated).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 from scipy import stats
-
-from pymc_subsample.model.chunks import pass_progress
 
 __all__ = [
     "choose_block_poisson",
@@ -95,13 +95,22 @@ def choose_block_poisson(n, m, mean_d, var_d, target=1.0, max_lambda=10_000):
     return lam, float(a), float(var_log), float(min(1.0, lam * p_neg_factor))
 
 
-def difference_deviations(target, thetas, means, chunk_size, candidates):
+@contextmanager
+def _no_progress(n_chunks):
+    """A pass shown nowhere: ``advance()`` does nothing."""
+    yield lambda: None
+
+
+def difference_deviations(target, thetas, means, chunk_size, candidates, progress=_no_progress):
     """Rows whose differences d_k(θ) = ℓ_k(θ) − q_k(θ) spread most over ``thetas``, in one pass.
 
     Each row's score is Σ_θ (d_k(θ) − d̄(θ))², its share of the estimator's variance (Dang et al. 2019
     eq. 4.3) summed over the points, with d̄(θ) = ``means`` from a pilot (an error δ in d̄ moves
     every score by δ², far below the scores that matter); the ``candidates`` rows of largest
     score are kept with their squared deviations.
+
+    ``progress(n_chunks)`` is a context manager that shows the pass: it gives ``advance()``, called
+    after each chunk (the step method's ``model.chunks.pass_progress``; default: nothing shown).
 
     Returns
     -------
@@ -118,7 +127,7 @@ def difference_deviations(target, thetas, means, chunk_size, candidates):
     means = np.asarray(means)[:, None]
     starts = range(0, n, chunk_size)
     tall.full_passes += 1
-    with pass_progress(tall, len(starts)) as advance:
+    with progress(len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
             # every θ on one chunk at once: the chunk is read once, its rows' terms at θ* made once

@@ -18,6 +18,7 @@ simulation-consistent after weighting draws by the ``sign`` stat
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from pymc_subsample.kernels.tuning import (
     laplace_draws,
     pilot_differences,
 )
-from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, pass_progress
 from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
@@ -347,7 +348,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         mean_d, _ = pilot_differences(rng, self.target, thetas, min(n, 2000))
         candidates = max(1, min(n // 4, MAX_EXACT_CANDIDATES))
         rows, squares, totals = difference_deviations(self.target, thetas, mean_d, DEFAULT_CHUNK_SIZE,
-                                                      candidates)
+                                                      candidates, partial(pass_progress, self.tall))
         if keep is not None and keep.size:
             # the kept rows first: their squares leave the totals before any other row is chosen
             first = np.isin(rows, keep)
