@@ -12,11 +12,11 @@ from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.estimators.sg_gradients import (
     SGGradient,
     adaptive_probabilities,
-    estimator_covariance,
     linear_predictor_lipschitz,
     lipschitz_probabilities,
     row_lipschitz_bounds,
 )
+from pymc_subsample.estimators.sg_terms import estimator_covariance
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy.linalg import solve_discrete_lyapunov, solve_triangular
 
-from pymc_subsample.estimators.sg_gradients import estimator_covariance
+from pymc_subsample.estimators.sg_terms import estimator_covariance
 
 __all__ = [
     "Whitening",

@@ -19,7 +19,8 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check
-from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient, estimator_covariance
+from pymc_subsample.estimators.sg_gradients import GRADIENTS, SGGradient
+from pymc_subsample.estimators.sg_terms import estimator_covariance
 from pymc_subsample.kernels import sg_dynamics as dyn
 from pymc_subsample.kernels import sg_tuning
 from pymc_subsample.pymc_protocol import step_state
