@@ -27,7 +27,7 @@ def check_proxy_order(order) -> int:
     if isinstance(order, bool) or order not in (0, 1, 2):
         raise ValueError(
             f"proxy_order must be 0, 1 or 2 (the order of the Taylor expansion of each row's "
-            f"log-likelihood, seed 004 eq. 4.4); got {order!r}."
+            f"log-likelihood, Dang et al. 2019 eq. 4.4); got {order!r}."
         )
     return int(order)
 

@@ -81,7 +81,7 @@ def _plot_densities(plt, names, sample, sample_signs, reference, figsize):
         ax.set_title(name)
         ax.set_yticks([])
     axes[0, 0].legend(fontsize="small")
-    fig.suptitle("Marginal posteriors: sample over reference (seed 004 Fig. 1)")
+    fig.suptitle("Marginal posteriors: sample over reference (Dang et al. 2019 Fig. 1)")
     fig.tight_layout()
     return fig
 
@@ -99,7 +99,7 @@ def _plot_moments(plt, names, sample, sample_signs, reference, figsize):
         ax.set_xlabel(f"reference posterior {what}")
         ax.set_ylabel(f"sample posterior {what}")
         ax.set_title(f"Posterior {what}s ({len(names)} parameters)")
-    fig.suptitle("Posterior moments: sample against reference (seed 004 Fig. 2)")
+    fig.suptitle("Posterior moments: sample against reference (Dang et al. 2019 Fig. 2)")
     fig.tight_layout()
     return fig
 
@@ -117,7 +117,7 @@ def _plot_loglik_var(plt, stats, target_variance, figsize):
         trace_ax.plot(values, lw=0.8, alpha=0.8, color=f"C{chain % 10}", label=f"chain {chain}")
     trace_ax.axhline(target_variance, color="k", ls="--", lw=1, label=f"target {target_variance:g}")
     trace_ax.set_ylabel("σ̂² (loglik_var)")
-    trace_ax.set_title("Variance of the log-likelihood estimator (seed 004 Fig. 8)")
+    trace_ax.set_title("Variance of the log-likelihood estimator (Dang et al. 2019 Fig. 8)")
     trace_ax.legend(fontsize="small", loc="upper right")
     if show_signs:
         sign_ax = axes[1, 0]
