@@ -7,6 +7,7 @@ import pytest
 from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 from pymc_subsample.model.op_patterns import (
     constant_slice,
+    elementwise_input,
     is_advanced_indexing,
     is_matrix_transpose,
     is_row_gather,
@@ -162,3 +163,12 @@ def test_zero_inflated_distributions_are_point_mass_mixtures():
     assert point_mass_mixture(hurdle) is None
     assert point_mass_mixture(normals) is None
     assert point_mass_mixture(psi) is None
+
+
+def test_an_elementwise_op_of_a_scalar_op_gives_its_input():
+    from pytensor.scalar import Exp, Sigmoid
+
+    assert elementwise_input(pt.exp(x), Exp) is x and elementwise_input(pt.sigmoid(x), Sigmoid) is x
+    assert elementwise_input(pt.exp(x), Sigmoid) is None and elementwise_input(x, Exp) is None
+    assert elementwise_input(pt.exp(x)[None], Exp) is None
+    assert elementwise_input(pt.exp(x)[None], Exp, through_dimshuffles=True) is x

@@ -16,7 +16,7 @@ from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.tensor.basic import MakeVector, get_underlying_scalar_constant_value
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Dot
 from pytensor.tensor.random.op import RandomVariable
@@ -24,6 +24,7 @@ from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor, get_idx_list
 
 __all__ = [
     "constant_slice",
+    "elementwise_input",
     "inline_symbolic_ops",
     "is_advanced_indexing",
     "is_matrix_transpose",
@@ -38,6 +39,20 @@ __all__ = [
 def is_univariate_random_variable(op) -> bool:
     """Whether ``op`` is a ``RandomVariable`` of scalar support with scalar parameters."""
     return isinstance(op, RandomVariable) and op.ndim_supp == 0 and all(n == 0 for n in op.ndims_params)
+
+
+def elementwise_input(graph, scalar_op, *, through_dimshuffles=False):
+    """The input x where ``graph`` is the elementwise op of ``scalar_op`` (a ``pytensor.scalar``
+    class such as ``Exp``) applied to x, else None; with ``through_dimshuffles``, also under
+    ``DimShuffle`` nodes (a parameter broadcast with added axes). How a model writes a parameter
+    through its link's inverse (``pm.math.exp(x)``: :attr:`pymc_subsample.families.Link.written_as`).
+    """
+    while through_dimshuffles and graph.owner is not None and isinstance(graph.owner.op, DimShuffle):
+        graph = graph.owner.inputs[0]
+    owner = graph.owner
+    if owner is not None and isinstance(owner.op, Elemwise) and isinstance(owner.op.scalar_op, scalar_op):
+        return owner.inputs[0]
+    return None
 
 
 def point_mass_mixture(rv):
