@@ -7,9 +7,9 @@ import pytest
 from pytensor.tensor.random.basic import BernoulliRV, PoissonRV
 from zoo import build
 
+from pymc_subsample import families
 from pymc_subsample.estimators import target as target_module
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.model import distributional
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Batch, Subsample
 
@@ -153,7 +153,7 @@ def test_kept_terms_follow_the_exact_rows_before_the_subsample():
 
 def _wrong_poisson_f(monkeypatch):
     """The logistic's f for a Poisson model: an f that does not reproduce the model's rows."""
-    forms = distributional._CLOSED_FORMS
+    forms = families.CLOSED_FORMS
     monkeypatch.setitem(forms, (PoissonRV, ("log",)), forms[(BernoulliRV, ("logit",))])
 
 

@@ -8,7 +8,8 @@ written as link⁻¹(η). A GLM is p = 1 (η the linear predictor through its ca
 Normal with unknown σ has η = (μ, log σ), a StudentT with unknown ν has (log ν, μ, log σ), and
 PyMC's NegativeBinomial(μ = exp(x·β), α), stored as (n, p) = (α, α/(μ + α)), has
 (log n, logit p) = (log α, log α − x·β): all affine in the unconstrained θ. Several observed
-variables on the same rows add their η's and their f's.
+variables on the same rows add their η's and their f's. f is the family table's closed form where
+it has the distribution under these links (:mod:`pymc_subsample.families`), else PyMC's ``logp``.
 
 Every derivative of ℓ_k in θ then follows from elementwise derivatives of f in η and η's affine
 map, with u_k = η_k(θ* + v) − η_k(θ*) = J_k v:
@@ -32,6 +33,7 @@ any model it does not fit keeps the generic graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pymc as pm
@@ -41,10 +43,8 @@ from pymc.logprob.utils import CheckParameterValue
 from pytensor.compile.ops import ViewOp
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
-from pytensor.scalar import Exp, Sigmoid
-from pytensor.tensor.elemwise import DimShuffle, Elemwise
-from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 
+from pymc_subsample.families import LINKS, NUMPY, PYTENSOR, PointMassMixture, closed_form
 from pymc_subsample.model.compile import (
     SLOW_REWRITES,
     compile_function,
@@ -53,11 +53,14 @@ from pymc_subsample.model.compile import (
     has_blockwise,
 )
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
-from pymc_subsample.model.op_patterns import is_univariate_random_variable, point_mass_mixture
+from pymc_subsample.model.op_patterns import (
+    elementwise_input,
+    is_univariate_random_variable,
+    point_mass_mixture,
+)
 from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
 
 __all__ = [
-    "LINKS",
     "NUMPY_TERMS_MIN_ROWS",
     "DistributionalRegression",
     "PointsFunction",
@@ -67,17 +70,6 @@ __all__ = [
     "view_matching_rows",
 ]
 
-# measured: the NumPy logit as a formula took 0.15 against 0.70 ms for SciPy's ufunc on the set-up's
-# (d + 1) × 20,000 values of a NegativeBinomial's p per chunk
-#: link name → (η from the parameter in PyTensor, the same in NumPy, the parameter from η). The NumPy
-#: logit is SciPy's formula, log(p / (1 − p)), without its ufunc, which is the slower
-LINKS = {
-    "identity": (lambda p: p, lambda p: p, lambda eta: eta),
-    "log": (pt.log, np.log, pt.exp),
-    "logit": (lambda p: pt.log(p) - pt.log1p(-p), lambda p: np.log(p / (1.0 - p)), pt.sigmoid),
-}
-#: a parameter the graph writes as exp(x) or sigmoid(x) has η = x exactly (no round trip)
-_WRITTEN_THROUGH = {Exp: "log", Sigmoid: "logit"}
 _CHECK_ROWS = 8
 # measured: compiling `eta_vjp` was 0.74 s of a first run's 7.3 s on the d = 2 zoo model; on the
 # centred hierarchical model (d = 24 but 3 points) a Numba kernel of 4-5 s on a cold cache
@@ -93,51 +85,6 @@ JACOBIAN_GRADIENT_MAX_D = 8
 #: terms computed in NumPy (:meth:`DistributionalRegression.row_terms`): no kernel to compile, at a
 #: higher cost per row than compiled code
 NUMPY_TERMS_MIN_ROWS = 2000
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-def _normal(y, mu, log_sigma):
-    return -0.5 * ((y - mu) * pt.exp(-log_sigma)) ** 2 - log_sigma - _HALF_LOG_2PI
-
-
-def _normal_known_sigma(y, mu, sigma):
-    """As PyMC writes it: a constant σ keeps its own dtype (σ = 1.5 is float32 in PyMC's graph), so
-    log σ rounds as the model's own rows do and f equals them, not only their changes; the division
-    is in float64 (y − μ is), so 1/σ does not round to float32.
-    """
-    return -0.5 * ((y - mu) / sigma) ** 2 - pt.log(sigma) - _HALF_LOG_2PI
-
-
-def _student_t(y, log_nu, mu, log_sigma):
-    nu = pt.exp(log_nu)
-    z = (y - mu) * pt.exp(-log_sigma)
-    return (pt.gammaln(0.5 * (nu + 1.0)) - pt.gammaln(0.5 * nu) - 0.5 * (log_nu + np.log(np.pi))
-            - log_sigma - 0.5 * (nu + 1.0) * pt.log1p(z * z / nu))
-
-
-def _negative_binomial(y, log_n, logit_p):
-    n = pt.exp(log_n)  # log p = −softplus(−logit p), log(1 − p) = −softplus(logit p)
-    return (pt.gammaln(y + n) - pt.gammaln(n) - pt.gammaln(y + 1.0)
-            - n * pt.softplus(-logit_p) - y * pt.softplus(logit_p))
-
-
-# measured: PyMC's Bernoulli logp cost ~25% more per estimator call than y·η − softplus(η); its
-# StudentT and NegativeBinomial logps took 4.5 s to rewrite in the estimator's graph on every
-# construction, cache or not
-#: f in η for the commonest (distribution, links) (None: a constant parameter), as the model's logp
-#: gives it but with fewer operations: PyMC's Bernoulli logp switches between log p and log(1 − p),
-#: and its StudentT and NegativeBinomial logps (parameter checks, a switch to the Poisson limit) are
-#: rewritten in the estimator's graph on every construction, cache or not
-_CLOSED_FORMS = {
-    (StudentTRV, ("log", "identity", "log")): _student_t,
-    (NegBinomialRV, ("log", "logit")): _negative_binomial,
-    (BernoulliRV, ("logit",)): lambda y, eta: y * eta - pt.softplus(eta),
-    (PoissonRV, ("log",)): lambda y, eta: y * eta - pt.exp(eta) - pt.gammaln(y + 1.0),
-    (NormalRV, ("identity", "log")): _normal,
-    (NormalRV, ("identity", None)): _normal_known_sigma,
-    (NormalRV, (None, "log")): lambda y, mu, log_sigma: _normal(y, mu, log_sigma),
-}
-
 
 @dataclass(frozen=True)
 class RowTerms:
@@ -176,7 +123,7 @@ class DistributionalRegression:
     eta_rows : list of TensorVariable
         η_1..η_p of the batch as graphs in (θ, batch), one value per row each.
     links : list of str
-        The link of each η (a key of :data:`LINKS`).
+        The link of each η (a key of :data:`~pymc_subsample.families.LINKS`).
     """
 
     def __init__(self, tall, terms, eta_rows, links, raw_graphs, raw_to_eta, phi=None):
@@ -210,7 +157,7 @@ class DistributionalRegression:
             args = [etas[p] if isinstance(p, int) else p for p in params]
             if isinstance(op, PointMassMixture):
                 component = _row_logp(op.component, params[1:], args[1:], links[1:], observed)
-                term = op.logp(observed, args[0], links[0], component)
+                term = op.logp(PYTENSOR, observed, args[0], links[0], component)
             else:
                 term = _row_logp(op, params, args, links, observed)
             # stacked data sets: a row holds one observed variable's density, as in the model's rows
@@ -515,15 +462,17 @@ def _vectorised_function(inputs, graphs, batch_inputs):
 
 def _row_logp(op, params, args, links, observed):
     """A univariate random variable's log-density at ``observed`` with its parameters ``args`` (η
-    under ``links``, or constants): the closed form of :data:`_CLOSED_FORMS` where there is one,
-    else PyMC's ``logp`` of the op at link⁻¹(η), without its parameter checks.
+    under ``links``, or constants): the family table's f where it has the op under these links
+    (:data:`~pymc_subsample.families.CLOSED_FORMS`), else PyMC's ``logp`` of the op at link⁻¹(η),
+    without its parameter checks.
     """
-    closed_form = _CLOSED_FORMS.get((type(op), links))
-    if closed_form is not None:
-        # η and y in float64; constants as the model has them (_normal_known_sigma)
+    family = closed_form(op, links)
+    if family is not None:
+        # η and y in float64; constants as the model has them (a known σ: _normal_known_sigma)
         args = [pt.cast(a, "float64") if isinstance(p, int) else a for p, a in zip(params, args, strict=True)]
-        return closed_form(pt.cast(observed, "float64"), *args)
-    values = [LINKS[link][2](arg) if link else arg for link, arg in zip(links, args, strict=True)]
+        return family.logp(PYTENSOR, pt.cast(observed, "float64"), *args)
+    values = [LINKS[link].inverse(PYTENSOR, arg) if link else arg
+              for link, arg in zip(links, args, strict=True)]
     return _without_parameter_checks(pm.logp(op(*values), observed))
 
 
@@ -548,32 +497,6 @@ def could_be_distributional(model) -> bool:
 def _univariate_rows(rv) -> bool:
     univariate = is_univariate_random_variable(rv.owner.op) or point_mass_mixture(rv) is not None
     return univariate and rv.type.ndim == 1
-
-
-@dataclass(frozen=True)
-class PointMassMixture:
-    """A row's density (1 − w)·1[y = c] + w·p(y | component), as PyMC's zero-inflated distributions
-    write it (:func:`~pymc_subsample.model.op_patterns.point_mass_mixture`): its parameters are w
-    and then the component's.
-    """
-
-    component: object  # the component's RandomVariable op
-    point: float
-
-    def logp(self, observed, weight, weight_link, component_logp):
-        """Log f = log w + log p(y) off the point; at it log((1 − w) + w p(c)), in logs (no −∞:
-        the switch's other branch is finite, so its derivatives are too). log w and log(1 − w) from
-        η itself under the logit link (−softplus(∓η)), which the view finds for PyMC's ψ.
-        """
-        if weight_link == "logit":
-            log_w, log_rest = -pt.softplus(-weight), -pt.softplus(weight)
-        else:
-            w = LINKS[weight_link][2](weight) if weight_link else weight
-            log_w, log_rest = pt.log(w), pt.log1p(-w)
-        inflated = log_w + component_logp
-        high = pt.maximum(inflated, log_rest)
-        at_point = high + pt.log1p(pt.exp(-pt.abs(inflated - log_rest)))
-        return pt.switch(pt.eq(observed, self.point), at_point, inflated)
 
 
 def distributional_regression(tall) -> DistributionalRegression:
@@ -623,8 +546,8 @@ def distributional_regression(tall) -> DistributionalRegression:
     except ValueError:
         phi, links, raw = _affine_in_row_free(tall, raw, candidates)
     forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
-    eta_rows = [forward[0](g) for forward, g in zip(forwards, raw)]
-    to_eta = [forward[1] for forward in forwards]
+    eta_rows = [forward.forward(PYTENSOR, g) for forward, g in zip(forwards, raw)]
+    to_eta = [partial(forward.forward, NUMPY) for forward in forwards]
     return DistributionalRegression(tall, terms, eta_rows, links, raw, to_eta, phi)
 
 
@@ -651,14 +574,11 @@ def _strip_link(param):
     """(x, [link], True) when ``param`` is exp(x) or sigmoid(x) up to added axes (η = x exactly),
     else (param, every link, False).
     """
-    graph = param
-    while graph.owner is not None and isinstance(graph.owner.op, DimShuffle):
-        graph = graph.owner.inputs[0]
-    owner = graph.owner
-    if owner is not None and isinstance(owner.op, Elemwise):
-        for scalar_op, link in _WRITTEN_THROUGH.items():
-            if isinstance(owner.op.scalar_op, scalar_op):
-                return owner.inputs[0], [link], True
+    for link in LINKS.values():
+        x = None if link.written_as is None else elementwise_input(param, link.written_as,
+                                                                   through_dimshuffles=True)
+        if x is not None:
+            return x, [link.name], True
     return param, list(LINKS), False
 
 
@@ -675,9 +595,9 @@ def _affine_links(tall, evaluate, d, candidates, n_random=2):
     links = []
     for j, (_, names, written) in enumerate(candidates):
         for name in names:
-            forward = LINKS["identity" if written else name][1]  # written through: η is the graph
+            forward = LINKS["identity" if written else name]  # written through: η is the graph
             with np.errstate(all="ignore"):
-                eta = np.array([forward(v[j]) for v in values])  # (d + 1 + n_random, m)
+                eta = np.array([forward.forward(NUMPY, v[j]) for v in values])  # (d + 1 + n_random, m)
             if not np.all(np.isfinite(eta)):
                 continue
             expected = eta[0] + thetas[d + 1:] @ (eta[1: d + 1] - eta[0])
