@@ -4,7 +4,8 @@ Exact subsampling methods need more than ℓ_k: Firefly Monte Carlo needs bounds
 quadratic in η_k (so that their product over N rows collapses to sums), and the Zig-Zag
 sampler needs per-row Lipschitz constants of ∇ℓ_k, both from the covariates J_k = ∂η_k/∂θ.
 This module finds η in the model's graph, for the families whose link makes such bounds
-exist, and evaluates η, y and J on any batch of rows in NumPy-friendly form.
+exist (the GLM families of :mod:`pymc_subsample.families`), and evaluates η, y and J on any
+batch of rows in NumPy-friendly form.
 """
 
 from __future__ import annotations
@@ -12,29 +13,21 @@ from __future__ import annotations
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.traversal import explicit_graph_inputs
-from pytensor.scalar import Exp, Sigmoid
-from pytensor.tensor.elemwise import Elemwise
-from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
 
+from pymc_subsample.families import GLM_FAMILIES, LINKS, NUMPY, glm_family_of
 from pymc_subsample.model.compile import compile_function
+from pymc_subsample.model.op_patterns import elementwise_input
 
 __all__ = [
-    "FAMILIES",
     "LinearPredictorModel",
     "linear_predictor_model",
     "observed_family",
 ]
 
-#: family → (random variable op, link inverse (None: identity), sup_η |∂²ℓ/∂η²| (None: 1/σ²))
-FAMILIES = {
-    "bernoulli_logit": (BernoulliRV, Sigmoid, 0.25),
-    "poisson_log": (PoissonRV, Exp, np.inf),
-    "normal_identity": (NormalRV, None, None),
-}
-
+_SPELLINGS = [family.spelling for family in GLM_FAMILIES.values()]
 _SUPPORTED = (
-    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)), pm.Poisson(mu=pm.math.exp(η)) "
-    "or pm.Normal(mu=η, sigma=a known constant), with η affine in the free variables (e.g. X @ beta + a)"
+    f"one observed {', '.join(_SPELLINGS[:-1])} or {_SPELLINGS[-1]}, with η affine in the free variables "
+    "(e.g. X @ beta + a)"
 )
 
 
@@ -45,7 +38,7 @@ class LinearPredictorModel:
     ----------
     tall : TallModel
     family : str
-        A key of :data:`FAMILIES`.
+        A key of :data:`~pymc_subsample.families.GLM_FAMILIES`.
     max_curvature : float
         sup_η |∂²ℓ/∂η²|: 1/4 for the logistic, ∞ for the Poisson log link, 1/σ² for the Normal.
     sigma : float or None
@@ -56,7 +49,9 @@ class LinearPredictorModel:
         self.tall = tall
         self.family = family
         self.sigma = sigma
-        self.max_curvature = FAMILIES[family][2] if sigma is None else 1.0 / sigma**2
+        #: the family's constant parameters, as its formulas take them after η
+        self.constants = () if sigma is None else (sigma,)
+        self.max_curvature = GLM_FAMILIES[family].max_curvature(*self.constants)
         eta_rows, y_rows = tall.batch_graph([eta, observed])
         # one η per row even when the model's η is shared (y ~ N(μ, σ): η = μ is a scalar), so that
         # per-row derivatives in η (glm_differences) and J_k have a row each
@@ -65,6 +60,10 @@ class LinearPredictorModel:
         self.eta_rows, self.observed_rows = eta_rows, y_rows.astype("float64")
         self._fn = compile_function([tall.theta, *tall.batch_inputs], [self.eta_rows, self.observed_rows])
         self._check_affine()
+
+    def score(self, y, eta) -> np.ndarray:
+        """∂ℓ_k/∂η_k at η_k for rows with observations y_k (arrays (m,)), in NumPy."""
+        return GLM_FAMILIES[self.family].score(NUMPY, y, eta, *self.constants)
 
     def _call(self, theta, batch):
         return self._fn(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
@@ -108,7 +107,8 @@ class LinearPredictorModel:
 
 
 def observed_family(model) -> str | None:
-    """The family of :data:`FAMILIES` whose distribution the model's one observed variable has.
+    """The GLM family (:data:`~pymc_subsample.families.GLM_FAMILIES`) whose distribution the model's
+    one observed variable has.
 
     A cheap look at the distribution only (no graph is built), for argument checks before any
     set-up; None when there is not exactly one observed variable or its distribution has no family.
@@ -117,8 +117,8 @@ def observed_family(model) -> str | None:
     observed = model.observed_RVs
     if len(observed) != 1:
         return None
-    op = observed[0].owner.op
-    return next((family for family, (rv_type, *_) in FAMILIES.items() if isinstance(op, rv_type)), None)
+    family = glm_family_of(observed[0].owner.op)
+    return None if family is None else family.glm
 
 
 def linear_predictor_model(tall) -> LinearPredictorModel:
@@ -131,26 +131,25 @@ def linear_predictor_model(tall) -> LinearPredictorModel:
         )
     (rv,) = model.observed_RVs
     op = rv.owner.op
-    for family, (rv_type, link_inverse, _) in FAMILIES.items():
-        if not isinstance(op, rv_type):
-            continue
-        if link_inverse is None:  # the Normal: η is the mean, σ must be a known constant
-            mu, sigma = op.dist_params(rv.owner)
-            sigma = _known_sigma(rv, model.replace_rvs_by_values([sigma])[0])
-            return LinearPredictorModel(tall, family, mu, model.rvs_to_values[rv], sigma)
-        (param,) = op.dist_params(rv.owner)
-        owner = param.owner
-        linked = owner is not None and isinstance(owner.op, Elemwise)
-        if linked and isinstance(owner.op.scalar_op, link_inverse):
-            return LinearPredictorModel(tall, family, owner.inputs[0], model.rvs_to_values[rv])
+    family = glm_family_of(op)
+    if family is None:
+        raise ValueError(
+            f"Observed variable {rv.name!r} has distribution {type(op).__name__}; exact subsampling with "
+            f"bounds needs {_SUPPORTED}. For other likelihoods use pms.HMCECS or pms.SubsampleMH."
+        )
+    # one parameter is η under the family's link; the others (the Normal's σ) known constants
+    params = op.dist_params(rv.owner)
+    constants = [_known_sigma(rv, model.replace_rvs_by_values([param])[0])
+                 for param, link in zip(params, family.links, strict=True) if link is None]
+    ((param, link),) = [(param, LINKS[link]) for param, link in zip(params, family.links, strict=True)
+                        if link is not None]
+    eta = param if link.written_as is None else elementwise_input(param, link.written_as)
+    if eta is None:
         raise ValueError(
             f"Observed variable {rv.name!r} is {type(op).__name__[:-2]} but its parameter is not "
             f"written through the canonical link; exact subsampling with bounds needs {_SUPPORTED}."
         )
-    raise ValueError(
-        f"Observed variable {rv.name!r} has distribution {type(op).__name__}; exact subsampling with "
-        f"bounds needs {_SUPPORTED}. For other likelihoods use pms.HMCECS or pms.SubsampleMH."
-    )
+    return LinearPredictorModel(tall, family.glm, eta, model.rvs_to_values[rv], *constants)
 
 
 def _known_sigma(rv, sigma) -> float:
