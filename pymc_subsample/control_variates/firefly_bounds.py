@@ -23,8 +23,9 @@ per-row coefficients (a_k, b_k, c_k) of log B_k(η) = a_k + b_k η + c_k η². I
 log B_k(η) ≤ ℓ_k(η) for *every* η (else the sampler is not exact: a run that meets a row with
 log B_k > ℓ_k warns). Set ``families`` to the GLM families it is valid for (None: any). The
 sums above are computed for you (:func:`collapse_bound`), and per-row values on the rows a
-step touches come from :meth:`CollapsibleBound.log_bound`. :class:`JaakkolaJordanBound` is
-the built-in example.
+step touches come from :meth:`CollapsibleBound.log_bound`. The built-in bounds are the family
+table's (:attr:`pymc_subsample.families.Family.firefly_bound`, :class:`FamilyBound`);
+:class:`JaakkolaJordanBound` is the logistic's.
 """
 
 from __future__ import annotations
@@ -32,18 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, gammaln
 
+from pymc_subsample.families import GLM_FAMILIES, row_loglik
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 
 __all__ = [
     "CollapsedBound",
     "CollapsibleBound",
+    "FamilyBound",
     "JaakkolaJordanBound",
     "SlackBound",
     "check_slack",
     "collapse_bound",
-    "jaakkola_jordan_lambda",
     "resolve_bound",
     "row_coefficients",
     "row_loglik",
@@ -58,7 +59,7 @@ class CollapsibleBound:
     Attributes
     ----------
     families : tuple of str or None
-        GLM families (:data:`pymc_subsample.model.glm.FAMILIES`) the bound is valid for;
+        GLM families (:data:`pymc_subsample.families.GLM_FAMILIES`) the bound is valid for;
         None means any.
     """
 
@@ -117,15 +118,18 @@ def check_slack(slack) -> float:
     return float(slack)
 
 
-def jaakkola_jordan_lambda(xi):
-    """λ(ξ) = tanh(ξ/2) / (4ξ), with its limit 1/8 − ξ²/96 near ξ = 0 (no 0/0)."""
-    xi = np.abs(np.asarray(xi, dtype=float))
-    small = xi < 1e-4
-    safe = np.where(small, 1.0, xi)
-    return np.where(small, 0.125 - xi**2 / 96.0, np.tanh(safe / 2.0) / (4.0 * safe))
+class FamilyBound(CollapsibleBound):
+    """The built-in bound of a GLM family: its :attr:`~pymc_subsample.families.Family.firefly_bound`."""
+
+    def __init__(self, family):
+        self.families = (family,)
+        self._coefficients = GLM_FAMILIES[family].firefly_bound
+
+    def coefficients(self, eta_center, y):
+        return self._coefficients(eta_center, y)
 
 
-class JaakkolaJordanBound(CollapsibleBound):
+class JaakkolaJordanBound(FamilyBound):
     r"""Jaakkola & Jordan's bound on the logistic likelihood, tightened at the centre (MAP-tuned).
 
     With s = (2y − 1)η (so that ℓ = log σ(s)),
@@ -134,28 +138,12 @@ class JaakkolaJordanBound(CollapsibleBound):
 
     with equality at s = ±ξ (Maclaurin & Adams 2014, §4). ξ_k = |η_k(θ*)| makes every row's
     bound tight at the centre θ* ("MAP-tuned" Firefly), so near the posterior mode few rows
-    are bright. As a quadratic in η (s² = η²): a = log σ(ξ) − ξ/2 + λξ², b = (2y − 1)/2, c = −λ.
+    are bright. As a quadratic in η (s² = η²): a = log σ(ξ) − ξ/2 + λξ², b = (2y − 1)/2, c = −λ
+    (:func:`~pymc_subsample.families.jaakkola_jordan_coefficients`).
     """
 
-    families = ("bernoulli_logit",)
-
-    def coefficients(self, eta_center, y):
-        xi = np.abs(np.asarray(eta_center, dtype=float))
-        lam = jaakkola_jordan_lambda(xi)
-        log_sig_xi = -np.logaddexp(0.0, -xi)
-        a = log_sig_xi - xi / 2.0 + lam * xi**2
-        b = (2.0 * np.asarray(y, dtype=float) - 1.0) / 2.0
-        return a, b, -lam
-
-
-def row_loglik(family, eta, y):
-    """ℓ_k and ∂ℓ_k/∂η_k for the GLM families of the GLM view (arrays (m,))."""
-    if family == "bernoulli_logit":
-        return y * eta - np.logaddexp(0.0, eta), y - expit(eta)
-    if family == "poisson_log":
-        mu = np.exp(eta)
-        return y * eta - mu - gammaln(y + 1.0), y - mu
-    raise ValueError(f"No row log-likelihood for family {family!r}; supported: bernoulli_logit, poisson_log.")
+    def __init__(self):
+        super().__init__("bernoulli_logit")
 
 
 @dataclass
@@ -190,13 +178,10 @@ def collapse_bound(glm, bound, center, *, chunk_size=DEFAULT_CHUNK_SIZE) -> Coll
 def resolve_bound(family, bound) -> CollapsibleBound:
     """The bound to use for ``family``: the user's, or Jaakkola-Jordan for logistic regression."""
     if bound is None:
-        if family == "bernoulli_logit":
-            return JaakkolaJordanBound()
-        why = {
-            "poisson_log": " (no quadratic in η bounds yη − e^η from below for all η)",
-            "normal_identity": " (its log-likelihood is itself quadratic in η: full-data sums of "
-                               "X'X and X'y give the posterior in closed form, no sampler needed)",
-        }.get(family, "")
+        entry = GLM_FAMILIES.get(family)
+        if entry is not None and entry.firefly_bound is not None:
+            return FamilyBound(family)
+        why = f" ({entry.no_firefly_bound})" if entry is not None and entry.no_firefly_bound else ""
         raise ValueError(
             f"FireflyMC has no built-in collapsible bound for the {family!r} likelihood{why}. Pass "
             "bound=<a pymc_subsample CollapsibleBound subclass> valid for this likelihood, or use "
