@@ -64,8 +64,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pymc_subsample.families import GLM_FAMILIES
+
 __all__ = [
-    "SCORES",
     "ZigZagCounts",
     "ZigZagCV",
     "RowStream",
@@ -82,22 +83,16 @@ FIRST_CHUNK = 8  # candidates evaluated in the first chunk of a segment (then do
 EXCEED_RTOL = 1e-9  # rounding slack of the bound check
 
 
-def logistic_score(y, eta):
-    """∂ℓ/∂η = y − σ(η) for the Bernoulli logit row ℓ = yη − log(1 + e^η) (|∂²ℓ/∂η²| ≤ 1/4)."""
-    return y - 0.5 * (1.0 + np.tanh(0.5 * eta))  # tanh form: no overflow for large |η|
+#: ∂ℓ/∂η = y − σ(η) (y, η) of the Bernoulli logit row ℓ = yη − log(1 + e^η) (|∂²ℓ/∂η²| ≤ 1/4), from the
+#: family table
+logistic_score = GLM_FAMILIES["bernoulli_logit"].score_function()
 
 
 def gaussian_score(sigma):
-    """∂ℓ/∂η = (y − η)/σ² for a Normal(η, σ²) row with σ known (|∂²ℓ/∂η²| = 1/σ²)."""
-    inv_var = 1.0 / float(sigma) ** 2
-    return lambda y, eta: (y - eta) * inv_var
-
-
-#: family of the GLM view → (GLM view → ∂ℓ/∂η); the curvature bound κ comes with the GLM view
-SCORES = {
-    "bernoulli_logit": lambda glm: logistic_score,
-    "normal_identity": lambda glm: gaussian_score(glm.sigma),
-}
+    """∂ℓ/∂η = (y − η)/σ² (y, η) of a Normal(η, σ²) row with σ known (|∂²ℓ/∂η²| = 1/σ²), from the
+    family table.
+    """
+    return GLM_FAMILIES["normal_identity"].score_function(float(sigma))
 
 
 def first_arrival_times(alpha, beta, level):

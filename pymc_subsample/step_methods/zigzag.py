@@ -26,8 +26,8 @@ from pymc_subsample.control_variates.zigzag_bounds import (
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import RunCheck, mean_check
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.families import GLM_FAMILIES
 from pymc_subsample.kernels.zigzag import (
-    SCORES,
     RowStream,
     ZigZagCounts,
     ZigZagCV,
@@ -157,7 +157,7 @@ class ZigZag(SubsampleStep):
         self.process = ZigZagCV(
             center=center, prior_grad_center=prior_grad, prior_hessian=prior_hess,
             loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float),
-            weight_total=constants.weight_total, score=SCORES[glm.family](glm), curvature=glm.max_curvature,
+            weight_total=constants.weight_total, score=glm.score, curvature=glm.max_curvature,
             lipschitz_a=constants.a, lipschitz_b=constants.b, metric_r=metric_r,
         )
         self._draw_rows = glm_row_sampler(glm, center, constants, inv_r)
@@ -171,7 +171,7 @@ class ZigZag(SubsampleStep):
     def check_model(self, tall):
         """The GLM view (link, affinity of η), before the centre's full passes.
 
-        Its family is one of SCORES already: ``_check_family`` looked at the distribution first.
+        Its family is a GLM family with a score already: ``_check_family`` looked at the distribution first.
         """
         self.glm = linear_predictor_model(tall)
 
@@ -277,7 +277,7 @@ def _check_family(model):
     if family == "poisson_log":
         raise ValueError(f"{POISSON_LIMITATION}. ZigZag supports {SUPPORTED}. For Poisson regression use "
                          "pms.HMCECS or pms.SubsampleMH.")
-    if family not in SCORES:
+    if family is None or GLM_FAMILIES[family].score is None:
         raise ValueError(f"ZigZag supports {SUPPORTED}; observed variable {observed[0].name!r} has "
                          f"distribution {type(observed[0].owner.op).__name__}. Use pms.HMCECS or "
                          "pms.SubsampleMH.")
