@@ -178,3 +178,17 @@ def test_glm_families_are_found_by_distribution_and_read_by_firefly():
     with pytest.raises(ValueError, match="No row log-likelihood for family 'normal_identity'; supported: "
                                          "bernoulli_logit, poisson_log."):
         row_loglik("normal_identity", eta, y)
+
+
+def test_the_table_imports_no_pymc():
+    """The kernels read the table, and stay PyMC-free: it imports neither PyMC nor the package's
+    model (whose __init__ imports PyMC)."""
+    import ast
+    from pathlib import Path
+
+    import pymc_subsample.families as module
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    assert not [n for n in names if n.split(".")[0] == "pymc" or n.startswith("pymc_subsample")], names
