@@ -4,17 +4,17 @@ A row's log-likelihood is ℓ_k(θ) = f(y_k, η_k(θ)), with each free parameter
 distribution written as link⁻¹(η) and η affine in θ (:mod:`pymc_subsample.model.distributional`).
 Each entry of :data:`FAMILIES` (a :class:`Family`) is one distribution under one choice of links:
 
-==========================  ======================================================================
-Bernoulli(logit)            f = yη − softplus(η),  ∂f = y − σ(η),  |∂²f| ≤ κ = 1/4
-Poisson(log)                f = yη − e^η − log y!,  ∂f = y − e^η,  κ = ∞
-Normal(identity, σ known)   f = −½((y − η)/σ)² − log σ − ½ log 2π,  ∂f = (y − η)/σ²,  κ = 1/σ²
-Normal(identity, log)       f = −½(y − η₁)² e^{−2η₂} − η₂ − ½ log 2π  (η₂ = log σ)
-Normal(μ known, log)        the same with η₁ = μ a constant
-StudentT(log, identity,     f = log Γ((ν+1)/2) − log Γ(ν/2) − ½ log(νπ) − log σ − (ν+1)/2 · log(1 + z²/ν),
-log)                        ν = e^{η₁}, z = (y − η₂) e^{−η₃}
-NegativeBinomial(log,       f = log Γ(y + n) − log Γ(n) − log y! − n softplus(−η₂) − y softplus(η₂),
-logit)                      n = e^{η₁}  (log p = −softplus(−logit p), log(1 − p) = −softplus(logit p))
-==========================  ======================================================================
+============================  ==================================================================
+Bernoulli(logit)              f = yη − softplus(η),  ∂f = y − σ(η),  |∂²f| ≤ κ = 1/4
+Poisson(log)                  f = yη − e^η − log y!,  ∂f = y − e^η,  κ = ∞
+Normal(identity, σ known)     f = −½((y − η)/σ)² − log σ − ½ log 2π,  ∂f = (y − η)/σ²,  κ = 1/σ²
+Normal(identity, log)         f = −½(y − η₁)² e^{−2η₂} − η₂ − ½ log 2π  (η₂ = log σ)
+Normal(μ known, log)          the same with η₁ = μ a constant
+StudentT(log, identity, log)  f = log Γ((ν+1)/2) − log Γ(ν/2) − ½ log(νπ) − η₃
+                              − (ν+1)/2 · log(1 + z²/ν),  ν = e^{η₁}, z = (y − η₂) e^{−η₃}
+NegativeBinomial(log, logit)  f = log Γ(y + n) − log Γ(n) − log y! − n softplus(−η₂) − y softplus(η₂),
+                              n = e^{η₁}  (log p = −softplus(−logit p), log(1 − p) = −softplus(logit p))
+============================  ==================================================================
 
 The first three are also the GLMs of the exact methods (:mod:`pymc_subsample.model.glm`), named by
 :attr:`Family.glm`: their score ∂f/∂η, the bound κ ≥ sup_η |∂²f/∂η²| of the Zig-Zag thinning
