@@ -133,9 +133,10 @@ def test_the_import_walk_finds_a_chain_through_a_package_init():
 #: run (diagnostics.run_checks) while it samples, and no diagnostics module imports a sampler (the
 #: comparisons read the traces PyMC returns).
 LAYERS = ("model", "subsample", "control_variates", "estimators", "kernels", "diagnostics", "step_methods")
-#: modules beside the layers: ``pymc_protocol`` (PyMC's private step protocol, which any layer may
-#: use and which imports nothing of ours) and ``datasets`` (example data, which no layer imports)
-BESIDE = ("pymc_protocol", "datasets")
+#: modules beside the layers: ``pymc_protocol`` (PyMC's private step protocol) and ``families`` (the
+#: observed distributions' formulas), which any layer may use and which import nothing of ours, and
+#: ``datasets`` (example data, which no layer imports)
+BESIDE = ("pymc_protocol", "families", "datasets")
 
 
 def _layer(name: str) -> str | None:
@@ -149,7 +150,7 @@ def layer_violations(module: str) -> list[str]:
     found = []
     for name, line in _imports(module):
         layer = _layer(name) if _top(name) == ROOT else None
-        if layer is None or layer == "pymc_protocol":
+        if layer is None or layer in ("pymc_protocol", "families"):
             continue
         upward = layer in LAYERS and LAYERS.index(layer) > LAYERS.index(own)
         if upward or layer == "datasets":
@@ -168,7 +169,8 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not found, "\n".join(found)
 
 
-def test_the_protocol_module_imports_nothing_of_ours():
-    module = f"{ROOT}.pymc_protocol"
+@pytest.mark.parametrize("beside", ["pymc_protocol", "families"])
+def test_the_modules_beside_the_layers_import_nothing_of_ours(beside):
+    module = f"{ROOT}.{beside}"
     ours = [f"line {line}: {name}" for name, line in _imports(module) if _top(name) == ROOT]
     assert not ours, ours

@@ -16,19 +16,25 @@ from pymc_subsample.control_variates.zigzag_bounds import (
     lipschitz_row_weights,
     row_lipschitz_maxima,
 )
+from pymc_subsample.families import GLM_FAMILIES
 from pymc_subsample.kernels.zigzag import (
     RowStream,
     ZigZagCounts,
     ZigZagCV,
     first_arrival_times,
-    gaussian_score,
     initial_horizon,
-    logistic_score,
     random_velocity,
     tuned_horizon,
 )
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.model.tall import TallModel
+
+#: ∂ℓ/∂η (y, η) of a Bernoulli logit row and of a Normal(η, σ²) row with σ known, from the family table
+logistic_score = GLM_FAMILIES["bernoulli_logit"].score_function()
+
+
+def gaussian_score(sigma):
+    return GLM_FAMILIES["normal_identity"].score_function(float(sigma))
 
 
 def assert_moments(draws, mean, cov, min_ess=400):

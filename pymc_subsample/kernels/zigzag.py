@@ -64,16 +64,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pymc_subsample.families import GLM_FAMILIES
-
 __all__ = [
     "ZigZagCounts",
     "ZigZagCV",
     "RowStream",
     "first_arrival_times",
-    "gaussian_score",
     "initial_horizon",
-    "logistic_score",
     "random_velocity",
     "tuned_horizon",
 ]
@@ -81,18 +77,6 @@ __all__ = [
 CANDIDATES_PER_COORDINATE = 64  # K: candidate times drawn per coordinate at a segment start
 FIRST_CHUNK = 8  # candidates evaluated in the first chunk of a segment (then doubling)
 EXCEED_RTOL = 1e-9  # rounding slack of the bound check
-
-
-#: ∂ℓ/∂η = y − σ(η) (y, η) of the Bernoulli logit row ℓ = yη − log(1 + e^η) (|∂²ℓ/∂η²| ≤ 1/4), from the
-#: family table
-logistic_score = GLM_FAMILIES["bernoulli_logit"].score_function()
-
-
-def gaussian_score(sigma):
-    """∂ℓ/∂η = (y − η)/σ² (y, η) of a Normal(η, σ²) row with σ known (|∂²ℓ/∂η²| = 1/σ²), from the
-    family table.
-    """
-    return GLM_FAMILIES["normal_identity"].score_function(float(sigma))
 
 
 def first_arrival_times(alpha, beta, level):
