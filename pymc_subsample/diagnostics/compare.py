@@ -76,8 +76,8 @@ class Comparison:
         if self._has("relative_ct"):
             lines.append(
                 f"relative CT {t['relative_ct'].median():.3g} (median): the reference needs that many times "
-                "more row\nevaluations per effective draw (CT = draws/ESS × evaluations per draw, Dang et al. "
-                "2019 eq. 3.2)")
+                "more row\nevaluations per effective draw (CT = draws/ESS × evaluations per draw, Dang et "
+                "al. 2019 eq. 3.2)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
