@@ -1,13 +1,14 @@
 """``pms.SubsampleMH``: Metropolis-Hastings whose accept test reads a subsample of the rows.
 
-A thin PyMC step over the plain accept tests of :mod:`pymc_subsample.kernels.mh_tests`
-and the proposals of :mod:`pymc_subsample.kernels.proposals`.
+A thin PyMC step over the accept tests registered in
+:data:`pymc_subsample.kernels.mh_tests.ACCEPT_TESTS`, looked up by ``test=``, and the proposals of
+:mod:`pymc_subsample.kernels.proposals`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,13 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import mean_check, min_ess_fraction
-from pymc_subsample.estimators.subsampled import perturbed_value
-from pymc_subsample.kernels import mh_tests
+from pymc_subsample.kernels.mh_tests import (
+    ACCEPT_TESTS,
+    AcceptOptions,
+    Move,
+    accept_test_class,
+    make_accept_test,
+)
 from pymc_subsample.kernels.proposals import (
     adapt_log_scale,
     adapted_cholesky,
@@ -33,12 +39,9 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
-from pymc_subsample.subsample import block_slices, block_update, uniform_with_replacement
-from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["SubsampleMH", "SubsampleMHState", "adapted_thin"]
 
-TESTS = ("pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact")
 PROPOSALS = ("laplace", "random-walk")
 MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33·50/d per draw)
 # measured on Bambi's y ~ age + work + (1|group), 50 groups (d = 55, its Laplace covariance 48x the
@@ -66,10 +69,7 @@ class SubsampleMHState(SubsampleStepState):
     n_steps: int
     n_accepted: int
     n_tune_steps: int
-    subsample: Any
-    current_theta: Any
-    current_value: float
-    current_sigma2: float
+    current: Any  # the estimate the accept test keeps from move to move (None before the first)
     warmup_draws: Any = None
     proposal_chol: Any = None
     proposal_changed_at: int = 0
@@ -204,54 +204,20 @@ class SubsampleMH(SubsampleStep):
                  use_proxy=True, range_bound=None, target_accept=0.234, adapt_scale=True,
                  importance_probs=None, init_at_center=True, thin=None, chunk_size=DEFAULT_CHUNK_SIZE,
                  **kwargs):
-        if test not in TESTS:
-            raise ValueError(f"Unknown test {test!r}; choose one of {', '.join(map(repr, TESTS))}.")
-        if proposal not in PROPOSALS:
-            raise ValueError(f"Unknown proposal {proposal!r}; choose 'laplace' or 'random-walk'.")
-        if error is None and test != "barker":
-            raise ValueError(f"error=None (no error control) is allowed only for test='barker'; got "
-                             f"test={test!r}: pass a probability strictly between 0 and 1 (e.g. 0.01).")
-        if error is not None and (isinstance(error, bool) or not isinstance(error, (int, float))
-                                  or not 0 < error < 1):
-            raise ValueError(
-                f"error must be a probability strictly between 0 and 1 (e.g. 0.01); got {error!r}.")
-        if not 0 < target_accept < 1:
-            raise ValueError(f"target_accept must be in (0, 1); got {target_accept!r}.")
-        if test == "confidence" and range_bound is None:
-            raise ValueError(
-                "test='confidence' needs a bound C(θ, θ') on max_k |t_k| for its concentration "
-                "inequality, and none can be derived for a general model. Pass "
-                "range_bound=callable(theta, theta_prop) (e.g. "
-                "pymc_subsample.kernels.mh_tests.logistic_range_bound(X, center) for logistic "
-                "regression) or range_bound='empirical' (heuristic), or use another test."
-            )
-        if thin is not None:
-            thin = check_positive(thin, "thin", integer=True)
-        if scale is not None and not (np.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a positive number; got {scale!r}.")
-        if test == "confidence" and callable(range_bound):
-            _check_bound_order(range_bound, proxy_order, use_proxy)
-        self.test, self._requested = test, (subsample_size, num_blocks)
+        self.test, self._test_class = test, accept_test_class(test)  # an unknown name: before all else
+        _check_step_arguments(proposal, scale, target_accept)
+        thin = None if thin is None else check_positive(thin, "thin", integer=True)
+        self._options = AcceptOptions(
+            subsample_size=subsample_size, error=error, num_blocks=num_blocks, use_proxy=bool(use_proxy),
+            proxy_order=proxy_order, range_bound=range_bound, importance_probs=importance_probs,
+            chunk_size=int(chunk_size))
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
                          chunk_size=chunk_size, **kwargs)
-        n, d = self.tall.n_rows, self.tall.ndim
-        self.test, self.error, self.use_proxy = test, None if error is None else float(error), bool(use_proxy)
-        self.is_exact = test == "exact"
-        if subsample_size is None:
-            # m = 1000 keeps σ̂² near 1 with order-2 proxies on most GLMs (Dang et al. 2019 §6);
-            # sequential tests grow by ⌈√N⌉ rows per look (El hanchi 2019 §3.2)
-            subsample_size = (min(1000, n) if test == "pseudo-marginal"
-                              else min(n, max(2, math.ceil(math.sqrt(n)))))
-        self.subsample_size = int(subsample_size)
-        if test == "pseudo-marginal":
-            self._blocks = block_slices(self.subsample_size, int(num_blocks))
-        # per chain (SubsampleMHState): adapted from the warm-up draws (_adapt_proposal)
-        self.proposal_chol = self._proposal_cholesky(proposal)
-        self.warmup_draws, self.proposal_changed_at = [], 0
-        if scale is None:
-            scale = 2.38 / math.sqrt(d)
-            if proposal == "random-walk":
-                scale *= math.sqrt(self._laplace_var_mean) if self._laplace_var_mean else 0.1
+        laplace_chol, self.proposal_chol, scale = self._proposal(proposal, scale)
+        # the test with what needs the set-up: the confidence sampler's empirical bound
+        self.accept_test = self.accept_test.prepare(self.target, laplace_chol)
+        self.error, self.use_proxy = None if error is None else float(error), bool(use_proxy)
+        self.is_exact, self.subsample_size = self.accept_test.is_exact, self.accept_test.subsample_size
         self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
         self.init_at_center = bool(init_at_center)
         # the warm-up draws estimate the proposal's covariance only when each is this many moves
@@ -259,89 +225,42 @@ class SubsampleMH(SubsampleStep):
         # correlated steps, and their covariance replaced a fitting Laplace one on Skin Segmentation
         # measured with one move per draw: the zoo GLMs (d = 3-5, N = 100,000, 1000 draws) had ESS
         # 13-80 and did not agree with NUTS
-        self._default_thin = min(MAX_THIN, 2 * d)
+        self._default_thin = min(MAX_THIN, 2 * self.tall.ndim)
         self._adapt_thin = thin is None
         self.thin = thin if thin is not None else self._default_thin
-        self._chunk_size = int(chunk_size)
-        self.importance_probs = None if importance_probs is None else _check_probs(importance_probs, n)
-        self._range_bound = (self._empirical_range_bound(chunk_size) if range_bound == "empirical"
-                             else range_bound)
-        if self._range_bound is not None and not callable(self._range_bound):
-            raise ValueError("range_bound must be a callable (theta, theta_prop) -> C or 'empirical'.")
-        self._range_warned = False  # the run-time range check warns once per sampler
-        if test == "barker" and self.error is not None:
-            # Seita et al.'s (2017) bound is ≥ 8.4/√b for any terms (mh_tests.BARKER_MIN_CONSTANT)
-            floor = mh_tests.BARKER_MIN_CONSTANT / math.sqrt(max(n - 1, 1)) + mh_tests.correction_error()
-            if self.error <= floor:
-                warnings.warn(
-                    f"SubsampleMH(test='barker', error={self.error:g}): seed 001's bound on the "
-                    "acceptance-probability error, (6.4 E|Z|³ + 2 E|Z|)/√b at b rows, is at least "
-                    f"8.4/√b and stays above error until b = N = {n}, so every step reads all N rows "
-                    f"(the exact Barker test). To subsample, raise error above {floor:.3g} (about "
-                    "(12/error)² rows are read for Gaussian-like terms, more for heavy-tailed ones), or "
-                    "pass error=None to stop as soon as σ²(Δ*) < 1, without control of the error.",
-                    UserWarning, stacklevel=2)
-        # per-chain state (reset by pm.sample between chains through SubsampleMHState)
+        # per-chain state (reset by pm.sample between chains through SubsampleMHState); the proposal's
+        # covariance is adapted from the warm-up draws (_adapt_proposal)
+        self.warmup_draws, self.proposal_changed_at = [], 0
         self.log_scale = math.log(scale)
         self.n_steps = self.n_accepted = self.n_tune_steps = 0
-        self.subsample, self.current_theta = None, None
-        self.current_value, self.current_sigma2 = math.nan, math.nan
+        self.current = None
 
     def check_arguments(self, n_rows):
-        subsample_size, num_blocks = self._requested
-        if subsample_size is None:
-            return
-        m = check_size(subsample_size, "subsample_size", n_rows)
-        if self.test == "pseudo-marginal" and (
-                isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer))
-                or not 1 <= num_blocks <= m):
-            raise ValueError(f"num_blocks must be an integer between 1 and subsample_size = {m}; "
-                             f"got {num_blocks!r}.")
+        """The accept test configured for N rows (:func:`make_accept_test`), before any set-up."""
+        size = self._options.subsample_size
+        if size is not None:
+            size = check_size(size, "subsample_size", n_rows)
+        self.accept_test = make_accept_test(self.test, n_rows, replace(self._options, subsample_size=size))
 
     # ------------------------------------------------------------------ set-up
-    def _proposal_cholesky(self, proposal):
-        precision = self.target.laplace_precision()
-        self._laplace_var_mean = None
-        if proposal == "laplace":
-            chol = laplace_cholesky(precision)
-            self._laplace_chol = chol
-            return chol
+    def _proposal(self, proposal, scale):
+        """The Laplace covariance's Cholesky factor (None where the centre's precision is not
+        positive definite and the proposal is a plain random walk), the proposal's (None: the
+        identity) and the initial scale.
+        """
         try:
-            chol = laplace_cholesky(precision)
-            self._laplace_chol = chol
-            self._laplace_var_mean = float(np.sum(chol**2) / self.tall.ndim)
+            laplace = laplace_cholesky(self.target.laplace_precision())
         except ValueError:
-            self._laplace_chol = None
-        return None
-
-    def _empirical_range_bound(self, chunk_size):
-        """Heuristic C(θ, θ') from the full data at 8 Laplace draws (see class docstring)."""
-        chol = self._laplace_chol if self._laplace_chol is not None else np.eye(self.tall.ndim)
-        inv = np.linalg.inv(chol)
-        center, power = self.proxy.center, (self.proxy.order + 1 if self.use_proxy else 1)
-        rng = np.random.default_rng(0)
-        worst = 0.0
-        for _ in range(8):
-            z = rng.standard_normal(self.tall.ndim)
-            theta = center + 2.0 * chol @ z
-            for start in range(0, self.tall.n_rows, chunk_size):
-                batch = self.tall.row_slice(start, min(start + chunk_size, self.tall.n_rows))
-                if self.use_proxy:
-                    rem = self.target.differences(theta, batch)
-                else:  # Lipschitz-type constant of ℓ_k along the draw
-                    rem = self.tall.loglik_rows(theta, batch) - self.tall.loglik_rows(center, batch)
-                worst = max(worst, float(np.max(np.abs(rem))) / float(np.linalg.norm(2.0 * z)) ** power)
-
-        def bound(theta, theta_prop):
-            a = np.linalg.norm(inv @ (theta - center)) ** power
-            b = np.linalg.norm(inv @ (theta_prop - center)) ** power
-            if not self.use_proxy:
-                return 2.0 * worst * float(np.linalg.norm(inv @ (theta_prop - theta)))
-            return 2.0 * worst * float(a + b)
-
-        # built for the terms this sampler reads (see _check_bound_order)
-        bound.proxy_order = self.proxy.order if self.use_proxy and self.proxy.order > 0 else None
-        return bound
+            if proposal == "laplace":
+                raise
+            laplace = None
+        d = self.tall.ndim
+        if scale is None:
+            scale = 2.38 / math.sqrt(d)
+            if proposal == "random-walk":  # scaled to the Laplace variances' mean where there is one
+                var_mean = None if laplace is None else float(np.sum(laplace**2) / d)
+                scale *= math.sqrt(var_mean) if var_mean else 0.1
+        return laplace, (laplace if proposal == "laplace" else None), scale
 
     # ------------------------------------------------------------------- step
     def _log_prior(self, theta) -> float:
@@ -402,14 +321,9 @@ class SubsampleMH(SubsampleStep):
         rng = self.rng
         theta_p = random_walk_proposal(rng, theta, math.exp(self.log_scale), self.proposal_chol)
         u = rng.random()
-        log_u = math.log(u)
-        log_prior_ratio = self._log_prior(theta_p) - self._log_prior(theta)
-        if self.test == "pseudo-marginal":
-            accept, stats = self._pseudo_marginal(theta, theta_p, log_u)
-        elif self.test == "exact":
-            accept, stats = self._exact(theta, theta_p, log_u, log_prior_ratio)
-        else:
-            accept, stats = self._sequential(theta, theta_p, u, log_u, log_prior_ratio)
+        move = Move(self.target, theta, theta_p, self._log_prior(theta), self._log_prior(theta_p),
+                    number=self.n_steps + 1)
+        accept, stats, self.current = self.accept_test.decide(rng, u, move, self.current)
         self.n_steps += 1
         self.n_accepted += int(accept)
         if self.tune and self.adapt_scale:
@@ -419,107 +333,6 @@ class SubsampleMH(SubsampleStep):
                      scale=math.exp(self.log_scale))
         return (theta_p if accept else theta), stats
 
-    def _pseudo_marginal(self, theta, theta_p, log_u):
-        tall, proxy, n = self.tall, self.proxy, self.tall.n_rows
-        evals = 0
-        if self.subsample is None:
-            idx = uniform_with_replacement(self.rng, n, self.subsample_size)
-            self.subsample = Subsample.gather(tall, idx)
-            evals += self.subsample_size
-        if self.current_theta is None or not np.array_equal(self.current_theta, theta):
-            # first step, or θ moved under another step: estimate at the current (θ, u)
-            value, self.current_sigma2 = perturbed_value(self.target, self.subsample, theta)
-            self.current_value = value + self._log_prior(theta)
-            self.current_theta = theta.copy()
-            evals += self.subsample_size
-        new_idx, block = block_update(self.rng, self.subsample.idx, n, self._blocks)
-        sub_p = self.subsample.with_block(tall, new_idx, block)
-        d = self.target.differences(theta_p, sub_p.batch)
-        offset = self._log_prior(theta_p) + proxy.sum_value_and_grad(theta_p)[0]
-        accept, m, info = mh_tests.pseudo_marginal_test(self.current_value, d, n, offset, log_u)
-        if accept:
-            self.subsample, self.current_theta = sub_p, theta_p.copy()
-            self.current_value, self.current_sigma2 = info["value"], info["loglik_var"]
-        # evaluations: ℓ_k at θ' on m rows + ℓ_k(θ*) for the rows of the refreshed block
-        evals += m + (block.stop - block.start)
-        return accept, {"accept": float(min(1.0, math.exp(min(info["delta_hat"], 0.0)))),
-                        "batch_size": m, "n_loglik_evals": evals, "loglik_var": self.current_sigma2}
-
-    def _exact(self, theta, theta_p, log_u, log_prior_ratio):
-        """Full-data MH (the reference): Σ_k ℓ_k(θ) is cached, so N evaluations per step."""
-        evals = 0
-        if self.current_theta is None or not np.array_equal(self.current_theta, theta):
-            self.current_value, self.current_theta = self._full_loglik(theta), theta.copy()
-            evals += self.tall.n_rows
-        proposed = self._full_loglik(theta_p)
-        delta = proposed - self.current_value + log_prior_ratio
-        accept = mh_tests.exact_mh_test(delta, log_u)
-        if accept:
-            self.current_value, self.current_theta = proposed, theta_p.copy()
-        return accept, {"accept": float(min(1.0, math.exp(min(delta, 0.0)))), "batch_size": self.tall.n_rows,
-                        "n_loglik_evals": evals + self.tall.n_rows, "loglik_var": 0.0}
-
-    def _full_loglik(self, theta) -> float:
-        n, size = self.tall.n_rows, self._chunk_size
-        return float(sum(np.sum(self.tall.loglik_rows(theta, self.tall.row_slice(a, min(a + size, n))))
-                         for a in range(0, n, size)))
-
-    def _sequential(self, theta, theta_p, u, log_u, log_prior_ratio):
-        tall, proxy, n = self.tall, self.proxy, self.tall.n_rows
-        proxied = self.use_proxy and proxy.order > 0
-        offset = log_prior_ratio
-        if proxied:
-            offset += proxy.sum_value_and_grad(theta_p)[0] - proxy.sum_value_and_grad(theta)[0]
-        per_row = 3 if proxied else 2  # ℓ_k at θ and θ' (+ ℓ_k(θ*) for the proxy terms)
-
-        def remainder(at, batch):
-            return self.target.differences(at, batch) if proxied else tall.loglik_rows(at, batch)
-
-        def row_terms(idx):
-            batch = tall.gather(idx)
-            return remainder(theta_p, batch) - remainder(theta, batch)
-
-        def one_point(at):
-            return lambda idx: remainder(at, tall.gather(idx))
-
-        size, rng = self.subsample_size, self.rng
-        if self.test == "austerity":
-            accept, rows, info = mh_tests.austerity_test(row_terms, n, offset, log_u, rng, batch_size=size,
-                                                         error=self.error)
-        elif self.test == "confidence":
-            c = float(self._range_bound(theta, theta_p))
-            accept, rows, info = mh_tests.confidence_test(row_terms, n, offset, log_u, rng, batch_size=size,
-                                                          error=self.error, range_bound=c)
-            self._check_range(info["max_abs_term"], c)
-        elif self.test == "barker":
-            accept, rows, info = mh_tests.barker_test(row_terms, n, offset, u, rng, batch_size=size,
-                                                      error=self.error)
-        else:
-            accept, rows, info = mh_tests.two_sample_test(
-                one_point(theta), one_point(theta_p), n, offset, log_u, rng, batch_size=size,
-                error=self.error, probs=self.importance_probs)
-            per_row = 2 if proxied else 1
-        return accept, {"accept": float(accept), "batch_size": rows, "n_loglik_evals": per_row * rows,
-                        "loglik_var": info["loglik_var"]}
-
-    def _check_range(self, observed, bound):
-        """Warn once when a term read exceeds C(θ, θ'): the confidence sampler's δ is then void."""
-        # 1e-9 relative slack: a valid bound may be matched to the last bits by a term
-        if self._range_warned or not observed > bound * (1.0 + 1e-9):
-            return
-        self._range_warned = True
-        order = self.proxy.order if self.use_proxy and self.proxy.order > 0 else None
-        terms = (f"remainders of the order-{order} proxy (proxy_order={order}, use_proxy=True)"
-                 if order is not None else "differences ℓ_k(θ') − ℓ_k(θ) (no proxy)")
-        ratio = observed / bound if bound > 0 else math.inf
-        warn_poor(
-            f"SubsampleMH(test='confidence'): a term |t_k| = {observed:.3g} read at step {self.n_steps + 1} "
-            f"exceeds the range bound C(θ, θ') = {bound:.3g} ({ratio:.3g}x), "
-            f"so the error level δ = {self.error:g} is not guaranteed. The terms are {terms}: pass a "
-            "range_bound that bounds them (logistic_range_bound(X, center, proxy_order="
-            f"{order}) with the sampler's center for logistic regression), or a larger one. "
-            "Warned once per sampler.")
-
     # ----------------------------------------------------------- progress bar
     def progress_columns(self):
         """Acceptance rate so far, rows read per test, proposal scale (and σ̂², pseudo-marginal)."""
@@ -527,7 +340,7 @@ class SubsampleMH(SubsampleStep):
             StatColumn("acceptance_rate", "acc", "{:.2f}"),
             StatColumn("batch_size", "m", "{:.0f}"),
         ]
-        if self.test == "pseudo-marginal":
+        if ACCEPT_TESTS[self.test].reports_sigma2:
             columns.append(StatColumn("loglik_var", "σ̂²", compact))
         columns.append(StatColumn("scale", "scale", "{:.3g}"))
         return columns
@@ -549,7 +362,7 @@ class SubsampleMH(SubsampleStep):
             f"SubsampleMH ({self.test}): {{value:.1%}} of proposals were accepted after warm-up; the "
             "chain barely moves. Lengthen tuning, lower `scale`, or (pseudo-marginal) raise "
             "subsample_size.")]
-        if self.test == "pseudo-marginal":
+        if ACCEPT_TESTS[self.test].reports_sigma2:
             checks.append(mean_check(
                 "variance", "loglik_var", lambda v: v > 3.0,
                 "SubsampleMH pseudo-marginal: σ̂² averages {value:.3g} after warm-up, far above the "
@@ -568,8 +381,9 @@ class SubsampleMH(SubsampleStep):
             warn_poor(f"SubsampleMH ({self.test}) accepted {self.n_accepted / self.n_steps:.1%} of "
                       "proposals during tuning: the chain barely moves. Lengthen tuning, lower `scale`, "
                       "or (pseudo-marginal) raise subsample_size.")
-        if self.test == "pseudo-marginal" and self.current_sigma2 > 3.0:
-            warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {self.current_sigma2:.2f} at the end of tuning, "
+        sigma2 = math.nan if self.current is None else self.current.sigma2
+        if ACCEPT_TESTS[self.test].reports_sigma2 and sigma2 > 3.0:
+            warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {sigma2:.2f} at the end of tuning, "
                       "far above the target ≈ 1; raise subsample_size or proxy_order.")
 
 
@@ -592,34 +406,11 @@ def adapted_thin(warmup_draws, thin, default_thin, since=0) -> int:
     return int(min(math.ceil(thin * tau / THIN_TAU_TARGET), THIN_GROWTH_LIMIT * default_thin))
 
 
-def _check_bound_order(bound, proxy_order, use_proxy):
-    """A range bound that declares the proxy order it was built for must match the terms read.
-
-    The confidence sampler's terms are remainders t_k of the order-r proxy, or plain
-    differences of ℓ_k without a proxy (use_proxy=False or order 0, whose constant proxy
-    cancels). A bound for another order does not bound them (Alquier's ISS slides). Bounds without
-    a ``proxy_order`` attribute cannot be checked here; the run-time check still applies.
-    """
-    # measured: a bound for order 2 with an order-1 proxy was exceeded 4-40x
-    if not hasattr(bound, "proxy_order") or proxy_order not in (0, 1, 2):
-        return
-    declared = bound.proxy_order
-    terms = proxy_order if use_proxy and proxy_order > 0 else None
-    if declared == terms or (terms is None and declared in (None, 0)):
-        return
-    what = (f"remainders of an order-{terms} proxy (proxy_order={terms}, use_proxy=True)"
-            if terms is not None else "plain differences ℓ_k(θ') − ℓ_k(θ) (use_proxy=False or proxy_order=0)")
-    fix = (f"set proxy_order={declared}" + ("" if use_proxy else " and use_proxy=True")
-           if declared not in (None, 0) else "set use_proxy=False")
-    raise ValueError(
-        f"range_bound was built for proxy order {declared} (its proxy_order attribute), but the "
-        f"confidence sampler reads {what}: the bound does not bound these terms, so δ would mean "
-        f"nothing. Build it for the terms read (e.g. logistic_range_bound(X, center, "
-        f"proxy_order={terms})), or {fix}.")
-
-
-def _check_probs(probs, n):
-    probs = np.asarray(probs, dtype=float)
-    if probs.shape != (n,) or not np.all(np.isfinite(probs)) or np.any(probs <= 0):
-        raise ValueError(f"importance_probs must be {n} positive finite numbers (one per row).")
-    return probs / probs.sum()
+def _check_step_arguments(proposal, scale, target_accept):
+    """The proposal's arguments, before any set-up."""
+    if proposal not in PROPOSALS:
+        raise ValueError(f"Unknown proposal {proposal!r}; choose 'laplace' or 'random-walk'.")
+    if not 0 < target_accept < 1:
+        raise ValueError(f"target_accept must be in (0, 1); got {target_accept!r}.")
+    if scale is not None and not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive number; got {scale!r}.")
