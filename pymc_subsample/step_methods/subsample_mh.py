@@ -204,7 +204,7 @@ class SubsampleMH(SubsampleStep):
                  use_proxy=True, range_bound=None, target_accept=0.234, adapt_scale=True,
                  importance_probs=None, init_at_center=True, thin=None, chunk_size=DEFAULT_CHUNK_SIZE,
                  **kwargs):
-        self.test, self._test_class = test, accept_test_class(test)  # an unknown name: before all else
+        self.test = accept_test_class(test).name  # an unknown name: a ValueError before all else
         _check_step_arguments(proposal, scale, target_accept)
         thin = None if thin is None else check_positive(thin, "thin", integer=True)
         self._options = AcceptOptions(
