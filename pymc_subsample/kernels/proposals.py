@@ -6,7 +6,18 @@ import math
 
 import numpy as np
 
-__all__ = ["adapt_log_scale", "adapted_cholesky", "laplace_cholesky", "random_walk_proposal"]
+__all__ = [
+    "PROPOSALS",
+    "adapt_log_scale",
+    "adapted_cholesky",
+    "initial_proposal",
+    "laplace_cholesky",
+    "random_walk_proposal",
+]
+
+#: the random walks of ``SubsampleMH(proposal=...)``: covariance scale² Σ (Σ the Laplace covariance)
+#: or scale² I
+PROPOSALS = ("laplace", "random-walk")
 
 
 def laplace_cholesky(precision):
@@ -26,6 +37,30 @@ def laplace_cholesky(precision):
         ) from None
     # Σ = (C Cᵀ)⁻¹ = C⁻ᵀ C⁻¹, so L = C⁻ᵀ satisfies L Lᵀ = Σ.
     return np.linalg.inv(chol_prec).T
+
+
+def initial_proposal(precision, proposal, scale=None):
+    """The Laplace covariance's Cholesky factor L (LLᵀ = Σ = ``precision``⁻¹), the proposal's factor
+    and its initial scale, for ``proposal`` in :data:`PROPOSALS`.
+
+    "laplace": the factor is L, which must exist (else :func:`laplace_cholesky`'s ValueError);
+    "random-walk": None (the identity), and L is None where ``precision`` is not positive definite.
+    The scale is ``scale``, or 2.38/√d, optimal for a Gaussian target (Roberts, Gelman & Gilks 1997),
+    times √(tr Σ / d) for "random-walk" (0.1 without Σ).
+    """
+    try:
+        laplace = laplace_cholesky(precision)
+    except ValueError:
+        if proposal == "laplace":
+            raise
+        laplace = None
+    d = np.shape(precision)[0]
+    if scale is None:
+        scale = 2.38 / math.sqrt(d)
+        if proposal == "random-walk":
+            var_mean = None if laplace is None else float(np.sum(laplace**2) / d)
+            scale *= math.sqrt(var_mean) if var_mean else 0.1
+    return laplace, (laplace if proposal == "laplace" else None), scale
 
 
 def random_walk_proposal(rng, theta, scale, chol=None):

@@ -25,9 +25,10 @@ from pymc_subsample.kernels.mh_tests import (
     make_accept_test,
 )
 from pymc_subsample.kernels.proposals import (
+    PROPOSALS,
     adapt_log_scale,
     adapted_cholesky,
-    laplace_cholesky,
+    initial_proposal,
     random_walk_proposal,
 )
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
@@ -42,7 +43,6 @@ from pymc_subsample.step_methods.base import (
 
 __all__ = ["SubsampleMH", "SubsampleMHState", "adapted_thin"]
 
-PROPOSALS = ("laplace", "random-walk")
 MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33·50/d per draw)
 # measured on Bambi's y ~ age + work + (1|group), 50 groups (d = 55, its Laplace covariance 48x the
 # posterior variance for the intercept): comparisons at 100, 200 and 400 draws only (one
@@ -85,7 +85,8 @@ class SubsampleMH(SubsampleStep):
     vars : list, optional
         All free variables (or None).
     test : {"pseudo-marginal", "austerity", "confidence", "barker", "two-sample", "exact"}
-        The accept test (see Notes for what each targets).
+        The accept test (see Notes for what each targets), an object of
+        :data:`~pymc_subsample.kernels.mh_tests.ACCEPT_TESTS` looked up by this name.
     subsample_size : int, optional
         Pseudo-marginal: the subsample size m (default min(1000, N)). Sequential tests:
         the mini-batch added at each look (default ⌈√N⌉, at least 2).
@@ -98,20 +99,18 @@ class SubsampleMH(SubsampleStep):
         Initial scale; default 2.38/√d for "laplace" and 2.38/√d · √(tr Σ / d) for
         "random-walk". Adapted during tuning unless ``adapt_scale=False``.
     error : float in (0, 1), or None for test="barker"
-        Austerity, two-sample (ε) and confidence (δ): the probability that a decision
-        differs from exact MH's. The sequential tests spend it over their looks, level
-        ε/(2k²) at look k (the ISS slides' (Alquier) δ_k; for the t-tests this replaces the level ε at every
-        look of El hanchi 2019 Algorithm 1, under which the decision error on hard decisions is
-        several times ε, see ``benchmarks/README.md``); the t-tests' guarantee holds
-        under the CLT, the confidence sampler's given a valid ``range_bound``.
-        Barker (δ of Seita et al. 2017, "Algorithm", step 2): the minibatch grows until σ²(Δ*) < 1
-        and the bound (6.4 E|Z|³ + 2 E|Z|)/√b + (correction CDF error ≈ 1.7e-5) on
-        sup |P(accept) − exact Barker| is below δ. That bound is ≥ 8.4/√b, so δ = 0.01 needs
-        b > 705,600 rows: below that N every step reads all rows (the exact Barker test, a
-        warning says so); about (12/δ)² rows are read for Gaussian-like terms, and far more
-        for heavy-tailed ones (MNIST 0/1 with an order-2 proxy: E|Z|³ ≈ 20-45, so every δ < 1
-        read all N = 14,780 rows). ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1,
-        Seita et al.'s (2017) first rule, with no control of the error.
+        Austerity, two-sample (ε) and confidence (δ): the probability that a decision differs
+        from exact MH's, spent over the looks, level ε/(2k²) at look k (the ISS slides' (Alquier)
+        δ_k; El hanchi 2019 Algorithm 1 spends ε at every look, and its decision error on hard
+        decisions is then several times ε, see ``benchmarks/README.md``); under the CLT for the
+        t-tests, given a valid ``range_bound`` for the confidence sampler. Barker: δ of Seita et
+        al. 2017 ("Algorithm", step 2), the bound on sup |P(accept) − exact Barker| below which
+        the minibatch stops growing (once σ²(Δ*) < 1). It is ≥ 8.4/√b, so δ = 0.01 needs
+        b > 705,600 rows, and below that N every step reads all rows (the exact Barker test, a
+        warning says so); about (12/δ)² rows are read for Gaussian-like terms, more for
+        heavy-tailed ones (:func:`~pymc_subsample.kernels.mh_tests.barker_test`).
+        ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1, Seita et al.'s (2017) first
+        rule, with no control of the error.
     num_blocks : int
         G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
     model, center, proxy_order, chunk_size, rng, initial_point
@@ -122,12 +121,11 @@ class SubsampleMH(SubsampleStep):
     range_bound : callable or "empirical", required for test="confidence"
         ``range_bound(theta, theta_prop) -> C`` with C ≥ max_k |t_k| (e.g.
         :func:`~pymc_subsample.kernels.mh_tests.logistic_range_bound` for logistic
-        regression, a rigorous bound), or "empirical": C = 2 · max over the N rows and
-        8 Laplace draws of |ℓ_k − q_k| / ||θ − θ*||_Σ^{r+1}, times
-        (||θ − θ*||_Σ^{r+1} + ||θ' − θ*||_Σ^{r+1}) — a heuristic that assumes the
-        remainder scales like a Taylor remainder; it voids the δ guarantee. A callable with
-        a ``proxy_order`` attribute (as ``logistic_range_bound`` returns) must have been
-        built for the terms read — the same ``proxy_order``, or None/0 when
+        regression, a rigorous bound), or "empirical": a heuristic from the N rows at 8 Laplace
+        draws that assumes the remainder scales like a Taylor remainder, which voids the δ
+        guarantee (:func:`~pymc_subsample.kernels.mh_tests.confidence.empirical_range_bound`).
+        A callable with a ``proxy_order`` attribute (as ``logistic_range_bound`` returns) must
+        have been built for the terms read — the same ``proxy_order``, or None/0 when
         ``use_proxy=False`` — else a ValueError says what to change. At run time, a term
         read with |t_k| > C warns once (UserWarning): the bound is wrong and δ is void.
     target_accept : float, default 0.234
@@ -135,20 +133,17 @@ class SubsampleMH(SubsampleStep):
         for d = 1). Barker's test accepts less than MH by construction.
     adapt_scale : bool, default True
     thin : int, optional
-        Metropolis-Hastings moves per draw (``pm.sample`` iteration). Default
-        min(50, 2d): a random walk with its scale tuned near the optimum mixes at about
-        0.33/d of an independent draw per move on a d-dimensional near-Gaussian target
-        (Roberts, Gelman & Gilks 1997, the efficiency limit at acceptance 0.234), so 2d
-        moves give an effective sample size near 2/3 of the draws; with one move per draw a
-        chain's ESS is a small fraction of its draws (``benchmarks/README.md``). Each move
-        reads its own subsample (m rows),
-        so a draw costs ``thin`` moves; ``thin=1`` is the plain chain of the seeds. The default
-        grows, for each chain at the end of its warm-up, where the last half of the warm-up
-        draws mixes slower than the near-Gaussian rate: with τ̂ = draws / min ESS over the
-        coordinates above 4, ``thin`` becomes thin·τ̂/2 moves (at most 10× the default), so the
-        draws after warm-up have an ESS near half their number again. On a curved posterior (a
-        Bambi ``(1|group)`` logistic model) a random walk needs that many more moves; the cost
-        per draw grows by the same factor. A ``thin`` you pass is kept.
+        Metropolis-Hastings moves per draw (``pm.sample`` iteration), each reading its own
+        subsample; ``thin=1`` is the plain chain of the seeds. Default min(50, 2d): a random walk
+        tuned near the optimum mixes at about 0.33/d of an independent draw per move on a
+        near-Gaussian target (Roberts, Gelman & Gilks 1997, the efficiency limit at acceptance
+        0.234), so 2d moves give an ESS near 2/3 of the draws (with one move per draw, a small
+        fraction of them, ``benchmarks/README.md``). The default grows, for each chain at the end
+        of its warm-up, where the last half of its warm-up draws mixes slower: with τ̂ = draws /
+        min ESS over the coordinates above 4, to thin·τ̂/2 moves (at most 10× the default), so the
+        draws after warm-up have an ESS near half their number again, as a random walk on a
+        curved posterior (a Bambi ``(1|group)`` logistic model) needs; the cost per draw grows by
+        the same factor. A ``thin`` you pass is kept.
     importance_probs : array (N,), optional
         Two-sample test: importance probabilities p_k (El hanchi 2019 §5.1); default uniform.
     init_at_center : bool, default True
@@ -213,7 +208,8 @@ class SubsampleMH(SubsampleStep):
             chunk_size=int(chunk_size))
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
                          chunk_size=chunk_size, **kwargs)
-        laplace_chol, self.proposal_chol, scale = self._proposal(proposal, scale)
+        laplace_chol, self.proposal_chol, scale = initial_proposal(self.target.laplace_precision(), proposal,
+                                                                   scale)
         # the test with what needs the set-up: the confidence sampler's empirical bound
         self.accept_test = self.accept_test.prepare(self.target, laplace_chol)
         self.error, self.use_proxy = None if error is None else float(error), bool(use_proxy)
@@ -241,26 +237,6 @@ class SubsampleMH(SubsampleStep):
         if size is not None:
             size = check_size(size, "subsample_size", n_rows)
         self.accept_test = make_accept_test(self.test, n_rows, replace(self._options, subsample_size=size))
-
-    # ------------------------------------------------------------------ set-up
-    def _proposal(self, proposal, scale):
-        """The Laplace covariance's Cholesky factor (None where the centre's precision is not
-        positive definite and the proposal is a plain random walk), the proposal's (None: the
-        identity) and the initial scale.
-        """
-        try:
-            laplace = laplace_cholesky(self.target.laplace_precision())
-        except ValueError:
-            if proposal == "laplace":
-                raise
-            laplace = None
-        d = self.tall.ndim
-        if scale is None:
-            scale = 2.38 / math.sqrt(d)
-            if proposal == "random-walk":  # scaled to the Laplace variances' mean where there is one
-                var_mean = None if laplace is None else float(np.sum(laplace**2) / d)
-                scale *= math.sqrt(var_mean) if var_mean else 0.1
-        return laplace, (laplace if proposal == "laplace" else None), scale
 
     # ------------------------------------------------------------------- step
     def _log_prior(self, theta) -> float:
