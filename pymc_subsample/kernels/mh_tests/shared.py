@@ -225,12 +225,27 @@ class AcceptTest(ABC):
     @abstractmethod
     def decide(self, rng, u: float, move: Move,
                current: Estimate | None) -> tuple[bool, dict, Estimate | None]:
-        """Accept or reject ``move`` on the MH uniform ``u``, drawing rows with ``rng``.
+        """Accept or reject ``move`` on the MH uniform ``u``.
 
-        Returns ``(accept, stats, current)``: ``stats`` holds ``accept`` (the acceptance
-        probability, or the 0/1 decision of a sequential test), ``batch_size`` (rows read),
-        ``n_loglik_evals`` (evaluations of ℓ_k, at θ* too) and ``loglik_var``; ``current`` is the
-        estimate kept for the next move (None for tests that keep none).
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            Draws the rows read (and any noise of the test, Barker's X_nc).
+        u : float
+            The MH uniform, drawn by the step after θ′: exact MH accepts iff log u < Δ.
+        move : Move
+        current : Estimate or None
+            The estimate this test kept at the chain's θ; None at a chain's first move. A test
+            that finds it made at another θ (θ moved under another step) estimates again.
+
+        Returns
+        -------
+        accept : bool
+        stats : dict
+            ``accept`` (min(1, e^Δ̂), or the 0/1 decision of a sequential test), ``batch_size``
+            (rows read), ``n_loglik_evals`` (evaluations of ℓ_k, at θ* too) and ``loglik_var``.
+        current : Estimate or None
+            The estimate to keep for the next move (None for tests that keep none).
         """
 
 
