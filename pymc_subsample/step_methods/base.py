@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: keyword arguments of :class:`SubsampleStep` that subclasses with their own ``**kwargs`` pass on
-BASE_KWARGS = ("rng", "initial_point", "chunk_size", "client", "progressbar", "compile_kwargs")
+BASE_KWARGS = ("rng", "chunk_size", "client", "progressbar", "compile_kwargs")
 
 
 def requested_mode(compile_kwargs) -> object:
@@ -112,7 +112,9 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     ----------
     vars : list, optional
         Must be all of the model's free variables (or None).
-    model : pm.Model, optional
+    model : pm.Model or TallModel, optional
+        A ``TallModel`` is used as it is, so that several steps on one model share its analysis
+        and compiled functions.
     center : dict, array or None
         θ* of the control variates: a point (dict of value variables), a flat
         unconstrained vector, or None for the default centre: the MAP of a random 20,000-row
@@ -134,6 +136,12 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
     compile_kwargs : dict, optional
         ``{"mode": ...}``: the PyTensor mode the step's functions are compiled in ("NUMBA", the
         default, "C", "FAST_COMPILE" or a ``Mode``).
+
+    Notes
+    -----
+    No ``initial_point`` argument, unlike PyMC's own steps: those size their arrays from it, and
+    the tall model has PyMC's initial point already. ``pm.sample`` passes one only to the steps
+    it chooses itself, and it never chooses these (:meth:`competence`).
     """
 
     is_exact: bool = False
@@ -155,16 +163,16 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         proxy_order=2,
         chunk_size=DEFAULT_CHUNK_SIZE,
         rng=None,
-        initial_point=None,
         client=None,
         progressbar=True,
         compile_kwargs=None,
     ):
-        model = pm.modelcontext(model)
+        if not isinstance(model, TallModel):
+            model = pm.modelcontext(model)
         proxy_order = check_proxy_order(proxy_order)
         # cheap checks first: a wrong argument must not cost the user the set-up time
-        self.check_arguments(observation_axis_length(model))
-        self.tall = TallModel(model, vars)
+        self.check_arguments(model.n_rows if isinstance(model, TallModel) else observation_axis_length(model))
+        self.tall = model if isinstance(model, TallModel) else TallModel(model, vars)
         self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
         self.target = centred_target(self.tall, center, proxy_order, chunk_size,

@@ -108,7 +108,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
         :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
     model : pm.Model, optional
     **kwargs
-        ``rng``, ``initial_point``, ``chunk_size``, ``client``; others go to the inner NUTS/HMC.
+        ``rng``, ``chunk_size``, ``client``; others go to the inner NUTS/HMC.
 
     Notes
     -----

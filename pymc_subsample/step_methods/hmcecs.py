@@ -185,7 +185,7 @@ class HMCECS(InnerHMC, SubsampleStep):
     target_variance : float
         Target of σ̂² (perturbed, ``subsample_size="auto"``) or of Var log|L̂| (signed).
     **kwargs
-        ``rng``, ``initial_point``, ``chunk_size``; others go to the inner NUTS/HMC.
+        ``rng``, ``chunk_size``; others go to the inner NUTS/HMC.
 
     Notes
     -----

@@ -98,7 +98,7 @@ class ZigZag(SubsampleStep):
         follows the most extreme row and so grows with N for unbounded covariates.
     row_batch : int
         Rows gathered at once for the proposals (one gather and d + 2 compiled calls per batch).
-    model, chunk_size, rng, initial_point, client
+    model, chunk_size, rng, client
         See :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
 
     Notes
