@@ -75,6 +75,8 @@ class SubsampledTarget:
         self.order = self.proxy.order
         self._functions_by_mode = {}
         self._precision = None
+        #: whether :meth:`laplace_precision` is the identity it falls back to (no Laplace precision)
+        self.laplace_fallback = False
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
@@ -395,6 +397,7 @@ class SubsampledTarget:
                     stacklevel=3,
                 )
                 prec = np.eye(self.tall.ndim)
+                self.laplace_fallback = True
             self._precision = prec
         return self._precision
 
