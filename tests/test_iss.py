@@ -13,11 +13,7 @@ from scipy.special import logsumexp
 from zoo import agreement, agrees, build
 
 import pymc_subsample as pms
-from pymc_subsample.diagnostics.run_checks import RunMonitor
-from pymc_subsample.kernels import iss as K
-from pymc_subsample.model.tall import TallModel
-from pymc_subsample.step_methods.iss import (
-    ISS,
+from pymc_subsample.diagnostics.iss_checks import (
     SHIFT_LIMIT,
     SPREAD_LIMIT,
     SPREAD_MARGIN_SE,
@@ -25,6 +21,10 @@ from pymc_subsample.step_methods.iss import (
     laplace_checks,
     laplace_discrepancy,
 )
+from pymc_subsample.diagnostics.run_checks import RunMonitor
+from pymc_subsample.kernels import iss as K
+from pymc_subsample.model.tall import TallModel
+from pymc_subsample.step_methods.iss import ISS
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 
@@ -143,13 +143,13 @@ def test_incremental_sums_match_recomputed():
     with logistic_model(X, y):
         step = ISS(thin=1, subset_size=200, epsilon="auto", swap_size=3, summary="moments")
     _sample(step, draws=300, tune=300, chains=1)
-    S = step.summary
-    assert np.allclose(step.subset_sum, S.row_stats(step.batch).sum(axis=0), atol=1e-8)
-    for a, b in zip(step.batch, step.tall.gather(step.subset), strict=True):
+    S, U = step.summary, step.chain.subsets
+    assert np.allclose(U.subset_sum, S.row_stats(U.batch).sum(axis=0), atol=1e-8)
+    for a, b in zip(U.batch, step.tall.gather(U.subset), strict=True):
         assert np.array_equal(a, b)
-    assert step.member.sum() == 200 and step.member[step.subset].all()
-    d = S.delta(step.subset_sum, 200)
-    assert np.isclose(np.sqrt(d @ d), np.sqrt(step.delta_sq))
+    assert U.member.sum() == 200 and U.member[U.subset].all()
+    d = S.delta(U.subset_sum, 200)
+    assert np.isclose(np.sqrt(d @ d), np.sqrt(U.delta_sq))
 
 
 # --------------------------------------------------------------- Bernoulli
@@ -271,17 +271,16 @@ def test_map_summary_runs_and_counts_newton_evaluations():
 # ------------------------------------------------------- "map" summary
 def _swap_into(step, monkeypatch, start, position, row):
     """Put the chain on subset ``start``, then make the next proposal swap ``row`` in at
-    ``position`` (ε = 0: accepted) and return the summary the step computed for the result."""
-    tall = step.tall
-    step.subset = np.array(start)
-    step.member = np.zeros(tall.n_rows, dtype=bool)
-    step.member[step.subset] = True
-    step.batch = tall.gather(step.subset)
-    step._set_summary_from_batch()
+    ``position`` (ε = 0: accepted) and return the subset chain's state after it."""
+    tall, update = step.tall, step.kernel.subsets
+    subset = np.array(start)
+    member = np.zeros(tall.n_rows, dtype=bool)
+    member[subset] = True
+    state = update.summarised(subset, member, tall.gather(subset))
     monkeypatch.setattr(K, "propose_swap", lambda rng, member, n, r: (np.array([position]), np.array([row])))
-    accepted, _, _, evals = step._subset_update()
-    assert accepted and evals >= 2 * step.n  # S(Y_U) costs ≥ 2 passes over the n rows
-    return step.summary_value.copy(), step.delta_sq
+    state, info = update.step(step.rng, state, 0.0)
+    assert info.accepted and info.n_loglik_evals >= 2 * step.n  # S(Y_U) costs ≥ 2 passes over the n rows
+    return state
 
 
 def test_map_summary_is_a_function_of_the_subset_alone(monkeypatch):
@@ -291,7 +290,6 @@ def test_map_summary_is_a_function_of_the_subset_alone(monkeypatch):
     X, y = logistic_data(n=3000, d=3, seed=4)
     with logistic_model(X, y):
         step = ISS(thin=1, subset_size=30, summary="map", epsilon=0.0, rng=0)
-    step._init_chain()
     rng = np.random.default_rng(3)
     target = rng.choice(3000, size=30, replace=False)  # U', in no particular order
     outside = np.setdiff1d(np.arange(3000), target)
@@ -300,10 +298,11 @@ def test_map_summary_is_a_function_of_the_subset_alone(monkeypatch):
     # at position 17 (their rows in other orders too); one swap takes each to U'
     u1, u2 = target.copy(), target[::-1].copy()
     u1[4], u2[17] = a, b
-    s1, d1 = _swap_into(step, monkeypatch, u1, 4, target[4])
-    s2, d2 = _swap_into(step, monkeypatch, u2, 17, target[::-1][17])
-    assert set(step.subset) == set(target)
-    assert np.array_equal(s1, s2) and d1 == d2  # identical, to the last bit
+    one = _swap_into(step, monkeypatch, u1, 4, target[4])
+    two = _swap_into(step, monkeypatch, u2, 17, target[::-1][17])
+    assert set(one.subset) == set(target) == set(two.subset)
+    s1 = one.summary_value
+    assert np.array_equal(s1, two.summary_value) and one.delta_sq == two.delta_sq  # to the last bit
     # and equal to the summary of U' computed from scratch
     direct, _ = step.summary.value(step.tall.gather(np.sort(target)))
     assert np.array_equal(s1, direct)

@@ -7,30 +7,40 @@ One ISS iteration updates the pair (U, θ):
    1 ∧ exp{−ε(‖Δ_n(U')‖² − ‖Δ_n(U)‖²)}, i.e. a Metropolis step targeting
    ν_{n,ε}(U) ∝ exp(−ε‖Δ_n(U)‖²) ("From sufficient statistics to summary statistics").
 2. *Parameter update* — one MH (or HMC) step for θ targeting the scaled sub-posterior
-   π̄_n(θ|Y_U) ∝ f(Y_U|θ)^{N/n} π(θ) ("Definition" of the scaled sub-posteriors).
+   π̄_n(θ|Y_U) ∝ f(Y_U|θ)^{N/n} π(θ) ("Definition" of the scaled sub-posteriors), in
+   :mod:`pymc_subsample.kernels.iss_theta`.
 
+:class:`SubsetUpdate` is the first step, :class:`ISSKernel` one iteration of both over a
+:class:`ChainState`; the rest are their pieces.
 These are plain functions of NumPy arrays and callables; they know nothing of PyMC.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from pymc_subsample.kernels.iss_theta import ThetaUpdate
+
 __all__ = [
+    "ChainState",
+    "ISSInfo",
+    "ISSKernel",
+    "SubsetInfo",
+    "SubsetState",
+    "SubsetUpdate",
     "adapt_log_epsilon",
     "check_epsilon",
-    "check_inner",
-    "dual_average_init",
-    "dual_average_update",
-    "hmc_step",
     "initial_epsilon",
     "propose_swap",
     "resolve_subset_size",
     "resolve_swap_size",
     "stationary_refresh_signal",
-    "rw_mh_step",
     "subset_log_accept",
 ]
 
@@ -150,88 +160,258 @@ def adapt_log_epsilon(log_eps: float, signal: float, target: float, t: int, rate
     return log_eps + rate * (float(signal) - target) / (t + 1.0) ** 0.6
 
 
-# ---------------------------------------------------------------- θ update
-def rw_mh_step(rng, theta, logp, logp_fn, chol, scale):
-    """Random-walk MH with a Laplace-shaped proposal θ' = θ + scale · L z.
+class SubsetState(NamedTuple):
+    """The subset chain's state (ISS-MCMC step 1).
 
-    ``L`` is the Cholesky factor of the inverse negative Hessian of a scaled
-    sub-posterior at its mode (the "Laplace-informed" proposal): the slides'
-    step 2 of ISS-MCMC with a symmetric Q, so the Q terms cancel.
-
-    Returns
-    -------
-    theta, logp, accept_prob, accepted
+    Attributes
+    ----------
+    subset : ndarray of int, shape (n,)
+        The rows of U, by position: a swap replaces the rows at some positions.
+    member : ndarray of bool, shape (N,)
+        U's membership mask, for O(1) look-ups in :func:`propose_swap`.
+    batch : tuple of ndarray
+        U's rows, in the order of ``subset``.
+    subset_sum : ndarray or None
+        Σ_{k∈U} s(y_k) for a summary in sum form (``summary.incremental``), else None.
+    summary_value : ndarray or None
+        S(Y_U) for a summary in mean form, else None.
+    delta_sq : float
+        ‖Δ_n(U)‖².
     """
-    prop = theta + scale * (chol @ rng.standard_normal(theta.shape[0]))
-    logp_prop = float(logp_fn(prop))
-    log_a = logp_prop - logp if np.isfinite(logp_prop) else -np.inf
-    prob = float(min(1.0, math.exp(min(log_a, 0.0)))) if np.isfinite(log_a) else 0.0
-    if np.log(rng.random()) < log_a:
-        return prop, logp_prop, prob, True
-    return theta, logp, prob, False
+
+    subset: np.ndarray
+    member: np.ndarray
+    batch: tuple
+    subset_sum: np.ndarray | None
+    summary_value: np.ndarray | None
+    delta_sq: float
 
 
-def hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol, max_energy_error=1000.0):
-    """One HMC transition (leapfrog, Gaussian momentum with covariance M = (L Lᵀ)⁻¹).
-
-    Working in the whitened coordinates x = L⁻¹θ makes the mass matrix the identity:
-    the gradient in x is Lᵀ ∇θ. ``n_steps`` is jittered uniformly in [⌈n/2⌉, n] to
-    avoid periodic orbits.
-
-    Returns
-    -------
-    theta, logp, grad, accept_prob, diverging, n_grad
+class SubsetInfo(NamedTuple):
+    """One subset update: whether it was accepted, its acceptance probability, the refresh
+    signal of :func:`stationary_refresh_signal` and the per-row likelihood evaluations it made.
     """
-    # a diverging path overflows on its way to being rejected: no need to warn about that
-    with np.errstate(over="ignore", invalid="ignore"):
-        return _hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol,
-                         max_energy_error)
+
+    accepted: bool
+    accept_prob: float
+    refresh_signal: float
+    n_loglik_evals: int
 
 
-def _hmc_step(rng, theta, logp, grad, logp_grad_fn, step_size, n_steps, chol, max_energy_error):
-    steps = int(rng.integers(max(1, (n_steps + 1) // 2), n_steps + 1))
-    p0 = rng.standard_normal(theta.shape[0])
-    p = p0 + 0.5 * step_size * (chol.T @ grad)
-    x_theta, g, lp = theta.copy(), grad, logp
-    n_grad = 0
-    diverging = False
-    for i in range(steps):
-        x_theta = x_theta + step_size * (chol @ p)
-        lp, g = logp_grad_fn(x_theta)
-        lp = float(lp)
-        n_grad += 1
-        if not np.isfinite(lp):
-            diverging = True
-            break
-        if i < steps - 1:
-            p = p + step_size * (chol.T @ g)
-    if diverging:
-        return theta, logp, grad, 0.0, True, n_grad
-    p = p + 0.5 * step_size * (chol.T @ g)
-    energy_change = (lp - 0.5 * p @ p) - (logp - 0.5 * p0 @ p0)
-    if not np.isfinite(energy_change) or energy_change < -max_energy_error:
-        return theta, logp, grad, 0.0, True, n_grad
-    prob = float(min(1.0, math.exp(min(energy_change, 0.0))))
-    if rng.random() < prob:
-        return x_theta, lp, np.asarray(g, dtype=float), prob, False, n_grad
-    return theta, logp, grad, prob, False, n_grad
+@dataclass(frozen=True)
+class SubsetUpdate:
+    """ISS-MCMC step 1: a Metropolis step on ν_{n,ε}(U) ∝ exp(−ε‖Δ_n(U)‖²).
+
+    Parameters
+    ----------
+    summary : object
+        The summary statistics S (:mod:`pymc_subsample.subsample.summaries`): ``incremental``,
+        ``row_stats(rows)`` and ``delta(sum, n)`` for the sum form Δ = S(Y) − (N/n) S(Y_U), or
+        ``value(rows) -> (S(Y_U), passes)`` and ``delta(value)`` for the mean form Δ = S(Y) − S(Y_U).
+    gather : callable
+        Row indices -> the rows' data, a tuple of arrays.
+    swap_size : int
+        Rows exchanged per proposal (:func:`resolve_swap_size`).
+    """
+
+    summary: object
+    gather: Callable
+    swap_size: int
+
+    def init(self, rng, n_rows: int, n: int) -> SubsetState:
+        """U₀ uniform among the n-row subsets of the N rows, with its summary."""
+        subset = np.sort(rng.choice(n_rows, size=n, replace=False))
+        member = np.zeros(n_rows, dtype=bool)
+        member[subset] = True
+        return self.summarised(subset, member, self.gather(subset))
+
+    def summarised(self, subset, member, batch) -> SubsetState:
+        """U's state with its summary and ‖Δ_n(U)‖² computed afresh from its rows (in sum form, an
+        exact re-sum that removes the floating-point drift of the running sums).
+        """
+        S = self.summary
+        if S.incremental:
+            total = S.row_stats(batch).sum(axis=0)
+            return SubsetState(subset, member, batch, total, None, _squared(S.delta(total, len(subset))))
+        value, _ = self.summary_of(subset, batch)
+        return SubsetState(subset, member, batch, None, value, _squared(S.delta(value)))
+
+    def summary_of(self, subset, batch):
+        """S(Y_U) of a summary in mean form on the rows of U in row-index order, and its passes.
+
+        The batch holds U's rows in the order the swaps left them; sorting makes S, and so
+        Δ_n(U), a function of the set U alone, to the last bit (floating-point sums depend on
+        order), as the subset acceptance ratio of ISS-MCMC needs. O(n log n), small beside the
+        n-row passes of the summary itself.
+        """
+        order = np.argsort(subset, kind="stable")
+        return self.summary.value(tuple(a[order] for a in batch))
+
+    def step(self, rng, state: SubsetState, epsilon: float) -> tuple[SubsetState, SubsetInfo]:
+        """Swap ``swap_size`` rows; accept w.p. 1 ∧ exp{−ε(‖Δ(U')‖² − ‖Δ(U)‖²)}.
+
+        An accepted swap updates U's arrays in place, in O(swap_size) (never O(N) for the mask),
+        and returns the state with its new summary.
+        """
+        S, n = self.summary, state.subset.shape[0]
+        pos, rows = propose_swap(rng, state.member, n, self.swap_size)
+        new_rows = self.gather(rows)
+        evals = 0
+        if S.incremental:
+            out_stats = S.row_stats(tuple(a[pos] for a in state.batch)).sum(axis=0)
+            new_sum = state.subset_sum - out_stats + S.row_stats(new_rows).sum(axis=0)
+            new_dsq = _squared(S.delta(new_sum, n))
+        else:
+            batch = tuple(a.copy() for a in state.batch)
+            for a, r in zip(batch, new_rows, strict=True):
+                a[pos] = r
+            subset = state.subset.copy()
+            subset[pos] = rows
+            value, passes = self.summary_of(subset, batch)
+            new_dsq = _squared(S.delta(value))
+            evals = n * passes
+        log_a = subset_log_accept(epsilon, state.delta_sq, new_dsq)
+        prob = 1.0 if log_a >= 0 else math.exp(log_a)
+        accepted = bool(log_a >= 0 or math.log(rng.random()) < log_a)
+        info = SubsetInfo(accepted, prob, stationary_refresh_signal(prob, state.delta_sq, new_dsq), evals)
+        if not accepted:
+            return state, info
+        state.member[state.subset[pos]] = False
+        state.member[rows] = True
+        state.subset[pos] = rows
+        if S.incremental:
+            for a, r in zip(state.batch, new_rows, strict=True):
+                a[pos] = r
+            return state._replace(subset_sum=new_sum, delta_sq=new_dsq), info
+        return state._replace(batch=batch, summary_value=value, delta_sq=new_dsq), info
 
 
-def dual_average_init(step_size: float) -> dict:
-    """State of Nesterov dual averaging (Hoffman & Gelman 2014, as in PyMC's NUTS)."""
-    return {"log_step": math.log(step_size), "log_bar": 0.0, "h_bar": 0.0,
-            "mu": math.log(10.0 * step_size), "t": 0}
+def _squared(delta) -> float:
+    return float(delta @ delta)
 
 
-def dual_average_update(da: dict, accept_prob: float, target: float,
-                        gamma=0.05, t0=10.0, kappa=0.75) -> dict:
-    """One dual-averaging update of the log step size towards ``target`` acceptance."""
-    t = da["t"] + 1
-    h_bar = (1 - 1 / (t + t0)) * da["h_bar"] + (target - accept_prob) / (t + t0)
-    log_step = da["mu"] - math.sqrt(t) / gamma * h_bar
-    eta = t ** (-kappa)
-    log_bar = eta * log_step + (1 - eta) * da["log_bar"]
-    return {"log_step": log_step, "log_bar": log_bar, "h_bar": h_bar, "mu": da["mu"], "t": t}
+class ChainState(NamedTuple):
+    """An ISS chain's state between iterations, besides θ.
+
+    Attributes
+    ----------
+    subsets : SubsetState
+    log_epsilon : float
+        log ε (−inf for ε = 0).
+    adaptation : float or dict
+        The θ update's (:meth:`ThetaUpdate.init_adaptation`).
+    theta, logp, grad
+        The θ at which log π̄_n(θ|Y_U) (and, for HMC, its gradient) were last evaluated, and
+        those values: a θ that comes back unchanged, on the same U, needs no evaluation.
+    n_tune_iter : int
+        Tuning iterations so far (the Robbins–Monro steps' decay).
+    n_refresh, n_phase_iter : int
+        Accepted subset swaps and iterations in the current phase (tuning, then sampling).
+    """
+
+    subsets: SubsetState
+    log_epsilon: float
+    adaptation: object
+    theta: np.ndarray | None = None
+    logp: float = 0.0
+    grad: np.ndarray | None = None
+    n_tune_iter: int = 0
+    n_refresh: int = 0
+    n_phase_iter: int = 0
+
+    @property
+    def refresh_rate(self) -> float:
+        """Fraction of the subset swaps accepted in the current phase (0 before any)."""
+        return self.n_refresh / self.n_phase_iter if self.n_phase_iter else 0.0
+
+
+class ISSInfo(NamedTuple):
+    """One ISS-MCMC iteration, under the names of the step's sample stats."""
+
+    subset_accept: float
+    refresh_rate: float
+    delta_norm: float
+    epsilon: float
+    n_loglik_evals: int
+    acceptance_rate: float
+    step_size: float
+    diverging: bool
+
+
+@dataclass(frozen=True)
+class ISSKernel:
+    """One ISS-MCMC iteration: :class:`SubsetUpdate`, then :class:`ThetaUpdate`, with ε tuned.
+
+    Parameters
+    ----------
+    subsets : SubsetUpdate
+    theta : ThetaUpdate
+    epsilon : float or None
+        ε of the subset weights; None: ε₀ = 1/‖Δ_n(U₀)‖² (:func:`initial_epsilon`), with log ε
+        tuned during warm-up by :func:`adapt_log_epsilon` towards ``target_refresh``.
+    target_refresh : float
+    """
+
+    subsets: SubsetUpdate
+    theta: ThetaUpdate
+    epsilon: float | None
+    target_refresh: float
+
+    def init(self, rng, n_rows: int, n: int, d: int) -> ChainState:
+        """U₀ uniform among the n-row subsets of the N rows, ε₀, and the θ update's adaptation."""
+        subsets = self.subsets.init(rng, n_rows, n)
+        eps0 = initial_epsilon(subsets.delta_sq) if self.epsilon is None else self.epsilon
+        return ChainState(subsets, math.log(eps0) if eps0 > 0 else -np.inf, self.theta.init_adaptation(d))
+
+    def step(self, rng, state: ChainState, theta, target, tune: bool):
+        """One iteration from θ.
+
+        ``target(θ, rows)`` is log π̄_n(θ|Y_U) = log π(θ) + (N/n) Σ_{k∈U} ℓ_k(θ) on U's ``rows``
+        for MH, and that value with its gradient for HMC.
+
+        Returns
+        -------
+        state : ChainState
+        theta : ndarray
+        info : ISSInfo
+        """
+        evals, refreshed, prob_u = 0, False, 0.0
+        subsets, log_eps = state.subsets, state.log_epsilon
+        n_refresh, n_phase_iter = state.n_refresh, state.n_phase_iter
+        n = subsets.subset.shape[0]
+        if self.subsets.swap_size > 0:
+            subsets, moved_u = self.subsets.step(rng, subsets, _epsilon(log_eps))
+            refreshed, prob_u, evals = moved_u.accepted, moved_u.accept_prob, moved_u.n_loglik_evals
+            n_phase_iter += 1
+            n_refresh += int(refreshed)
+            if tune and self.epsilon is None:
+                log_eps = adapt_log_epsilon(log_eps, moved_u.refresh_signal, self.target_refresh,
+                                            state.n_tune_iter)
+        on_rows = lambda th: target(th, subsets.batch)  # noqa: E731 - U's rows after its update
+        logp, grad = state.logp, state.grad
+        if refreshed or state.theta is None or not np.array_equal(theta, state.theta):
+            logp, grad = self.theta.evaluate(on_rows, theta)
+            evals += n
+        theta, logp, grad, adaptation, moved = self.theta.step(
+            rng, theta, logp, grad, state.adaptation, on_rows, tune, state.n_tune_iter)
+        state = ChainState(subsets, log_eps, adaptation, theta.copy(), logp, grad,
+                           state.n_tune_iter + int(tune), n_refresh, n_phase_iter)
+        info = ISSInfo(prob_u, state.refresh_rate, math.sqrt(subsets.delta_sq), _epsilon(log_eps),
+                       int(evals + n * moved.n_target_evals), float(moved.accept_prob),
+                       float(moved.step_size), bool(moved.diverging))
+        return state, theta, info
+
+    def end_tuning(self, state: ChainState) -> ChainState:
+        """The state after warm-up: U's summary re-summed exactly (no floating-point drift of the
+        running sums is carried into the draws) and the phase's counts at zero.
+        """
+        s = state.subsets
+        return state._replace(subsets=self.subsets.summarised(s.subset, s.member, s.batch),
+                              n_refresh=0, n_phase_iter=0)
+
+
+def _epsilon(log_epsilon: float) -> float:
+    return math.exp(log_epsilon) if np.isfinite(log_epsilon) else 0.0
 
 
 # ------------------------------------------------------------ validation
@@ -248,12 +428,3 @@ def check_epsilon(epsilon, target_refresh):
             f"epsilon must be 'auto' or a finite number >= 0 (0 gives uniform subsets); got {epsilon!r}."
         )
     return float(epsilon), float(target_refresh)
-
-
-def check_inner(inner):
-    """Validate the θ update: "mh", or "hmc" (alias "nuts")."""
-    if inner in ("mh",):
-        return "mh"
-    if inner in ("hmc", "nuts"):
-        return "hmc"
-    raise ValueError(f"inner must be 'mh', 'hmc' or 'nuts'; got {inner!r}.")
