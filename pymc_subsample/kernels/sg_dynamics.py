@@ -24,6 +24,7 @@ __all__ = [
     "osgfs_convergence",
     "osgfs_k",
     "osgfs_noise_cov",
+    "osgfs_step",
     "psd_factor",
     "sgfs_step",
     "sghmc_step",
@@ -130,6 +131,18 @@ def osgfs_noise_cov(d_mat, n, batch_size, c_mat, hess):
     Hessian H has stationary covariance exactly H⁻¹ (El hanchi 2018 appendix).
     """
     return 2.0 * d_mat - (n**2 / batch_size) * d_mat @ c_mat @ d_mat - d_mat @ hess @ d_mat
+
+
+def osgfs_step(rng, theta, grad, fisher, hess, n, batch_size, k):
+    """The corrected OSGFS update, El hanchi 2018 eqs. (8) and (10).
+
+    θ' = θ + D ĝ + N(0, 2D − (N²/|S|) D C D − D H D) with D = (k/2) H⁻¹, C = ``fisher`` and
+    H = NC + G (eq. 9). Returns θ' and whether the noise covariance was positive definite (when it
+    is not, its negative eigenvalues are clipped, :func:`psd_factor`).
+    """
+    d_mat = 0.5 * k * np.linalg.inv(hess)
+    factor, ok = psd_factor(osgfs_noise_cov(d_mat, n, batch_size, fisher, hess))
+    return theta + d_mat @ grad + factor @ rng.standard_normal(theta.shape[0]), ok
 
 
 def osgfs_convergence(window_grads, n_c, prior_prec, n, batch_size, b=1.0):

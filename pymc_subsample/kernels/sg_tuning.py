@@ -24,8 +24,11 @@ from pymc_subsample.estimators.sg_terms import estimator_covariance
 
 __all__ = [
     "Whitening",
+    "estimator_noise",
     "langevin_step_size",
     "langevin_whitened_variance",
+    "osgfs_batch_size",
+    "osgfs_window",
     "sghmc_step_size",
     "sghmc_whitened_variance",
     "whitened_gradient_noise",
@@ -139,3 +142,36 @@ def whitened_gradient_noise(estimate, whitening, rng, num_points=4):
             continue
         worst = max(worst, float(np.linalg.eigvalsh(whitening.covariance(cov)).max()))
     return worst
+
+
+def estimator_noise(estimator, whitening, num_points=4):
+    """The noise s of :func:`whitened_gradient_noise` of a gradient estimator, with a fixed seed.
+
+    ``estimator(rng, θ, table, ε)`` returns (ĝ, terms, evaluations) (an
+    :class:`~pymc_subsample.estimators.sg_gradients.SGGradient`); one that ``uses_table`` gets a
+    SAGA table of its own from ``new_table()``. The seed is fixed so that the set-up is
+    deterministic: every chain gets the same default step size.
+    """
+    table = estimator.new_table() if estimator.uses_table else None
+    rng = np.random.default_rng(0)
+    return whitened_gradient_noise(lambda theta: estimator(rng, theta, table, 0.1)[1], whitening, rng,
+                                   num_points=num_points)
+
+
+def osgfs_batch_size(n, c, largest=50_000):
+    """Default |S| of OSGFS: the smallest batch that lets the step fraction k of El hanchi 2018
+    eq. (16) reach its cap c, |S| = cN/(4 − c), between ⌈√N⌉ and ``largest`` rows (at most N).
+
+    k ≤ 4|S|/(N + |S|) keeps the noise of eq. (8) positive, and each step moves θ a fraction k/2
+    of its distance to the mode whatever |S|: small batches make many slow steps.
+    """
+    at_cap = min(math.ceil(c * n / (4 - c)), largest)
+    return min(n, max(math.ceil(math.sqrt(n)), at_cap))
+
+
+def osgfs_window(n, batch_size, k_cap):
+    """⌈1/k_min⌉ with k_min = min(k_cap, 4|S|/(N + |S|)), the smallest step fraction of eq. (16):
+    the length of the window of criterion (17), and OSGFS's default steps per draw (about 0.4 of a
+    relaxation time).
+    """
+    return math.ceil(1 / min(k_cap, 4 * batch_size / (n + batch_size)))
