@@ -33,7 +33,8 @@ from pymc_subsample.control_variates.center import find_map_theta
 from pymc_subsample.datasets import load_cod_rna, load_mnist, load_skin
 from pymc_subsample.estimators.sg_gradients import linear_predictor_lipschitz
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.step_methods.sgmcmc import SGFS, SGLD, drop_unconverged
+from pymc_subsample.step_methods.sgfs import SGFS, drop_unconverged
+from pymc_subsample.step_methods.sgmcmc import SGLD
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 METHODS = [  # label, SGLD kwargs

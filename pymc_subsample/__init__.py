@@ -14,7 +14,8 @@ from pymc_subsample.model.streamed import Data, StreamedDataError, data_sources
 from pymc_subsample.step_methods.firefly import FireflyMC
 from pymc_subsample.step_methods.hmcecs import HMCECS
 from pymc_subsample.step_methods.iss import ISS, check_refresh_rate
-from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
+from pymc_subsample.step_methods.sgfs import SGFS, drop_unconverged
+from pymc_subsample.step_methods.sgmcmc import SGHMC, SGLD
 from pymc_subsample.step_methods.subsample_mh import SubsampleMH
 from pymc_subsample.step_methods.zigzag import ZigZag
 

@@ -19,7 +19,8 @@ from pymc_subsample.estimators.sg_gradients import (
 from pymc_subsample.estimators.sg_terms import estimator_covariance
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import sg_dynamics as dyn
-from pymc_subsample.step_methods.sgmcmc import SGFS, SGHMC, SGLD, drop_unconverged
+from pymc_subsample.step_methods.sgfs import SGFS, drop_unconverged
+from pymc_subsample.step_methods.sgmcmc import SGHMC, SGLD
 
 SAMPLE = dict(cores=1, progressbar=False, compute_convergence_checks=False)
 
