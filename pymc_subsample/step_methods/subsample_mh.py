@@ -113,7 +113,7 @@ class SubsampleMH(SubsampleStep):
         rule, with no control of the error.
     num_blocks : int
         G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
-    model, center, proxy_order, chunk_size, rng, initial_point
+    model, center, proxy_order, chunk_size, rng
         See :class:`SubsampleStep`.
     use_proxy : bool, default True
         Sequential tests work on t_k = ℓ_k(θ') − ℓ_k(θ) − (q_k(θ') − q_k(θ)) with the
