@@ -298,16 +298,18 @@ def _bounded_expansion_maximum(tall, coordinates, theta, linear, quadratic):
     start = coordinates.value(theta)
     damping, identity = 0.0, np.eye(np.size(linear))
     for _ in range(MAX_DAMPINGS + 1):
-        result = _expansion_maximum(tall, coordinates, theta, linear, quadratic - damping * identity)
+        result = _expansion_maximum(tall, coordinates, theta, linear, quadratic - damping * identity,
+                                    bound=STEP_BOUND)
         if np.abs(coordinates.value(result.x) - start).max() <= STEP_BOUND:
             break
         damping = 4.0 * damping if damping else np.abs(linear).max() / STEP_BOUND
     return result, damping > 0
 
 
-def _expansion_maximum(tall, coordinates, theta, linear, quadratic):
+def _expansion_maximum(tall, coordinates, theta, linear, quadratic, bound=None):
     """The maximum of the expansion at θ with gradient ``linear`` and curvature ``quadratic`` in φ
-    (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value).
+    (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value); with a ``bound``, the search
+    stops at the first iterate that moves a coordinate of φ by more than it.
 
     L-BFGS runs in coordinates u with θ = θ_j + L⁻ᵀu, LLᵀ = −(JᵀBJ + ∇²log p(θ_j)) the expansion's
     Gauss-Newton curvature at θ_j (J = ∂φ/∂θ): there the objective's Hessian is near the identity,
@@ -320,17 +322,27 @@ def _expansion_maximum(tall, coordinates, theta, linear, quadratic):
     expansion = (tall, coordinates, coordinates.value(theta), linear, quadratic)
     chol = _expansion_preconditioner(tall, coordinates, theta, quadratic)
     options = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10}
+
+    def to_theta(x):
+        return x if chol is None else theta + linalg.solve_triangular(chol, x, trans="T", lower=True)
+
+    def out_of_bound(intermediate_result):  # scipy passes an OptimizeResult to this name
+        # measured (crossed effects, 10⁶ rows): an unbounded search took all 1,000 iterations
+        if np.abs(coordinates.value(to_theta(intermediate_result.x)) - expansion[2]).max() > bound:
+            raise StopIteration
+
+    callback = None if bound is None else out_of_bound
     if chol is None:
         return optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
-                                 options=options)
+                                 options=options, callback=callback)
 
     def in_u(u):
-        point = theta + linalg.solve_triangular(chol, u, trans="T", lower=True)
-        value, grad = _negative_expansion(point, *expansion)
+        value, grad = _negative_expansion(to_theta(u), *expansion)
         return value, linalg.solve_triangular(chol, grad, lower=True)
 
-    result = optimize.minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B", options=options)
-    result.x = theta + linalg.solve_triangular(chol, result.x, trans="T", lower=True)
+    result = optimize.minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B", options=options,
+                               callback=callback)
+    result.x = to_theta(result.x)
     return result
 
 
