@@ -1,0 +1,304 @@
+"""The HMC-ECS estimator's design: m, the rows computed exactly, G, and the block-Poisson λ and a.
+
+Dang, Quiroz, Kohn, Tran & Villani (2019) tune the subsample so that the variance of the
+log-likelihood estimator is near 1 (§3.1); the design is chosen at set-up from a pilot near the
+centre and chosen again during warm-up at the chain's own draws, then fixed, so that the chain
+after warm-up is Markov with a fixed target. In BlackJAX's shape: :func:`init` gives the set-up's
+:class:`Design`, :func:`retune` the next one at a warm-up draw with a :class:`RetuneInfo`.
+
+The functions over the rows are passed in as callables:
+
+``differences(rng, thetas) -> (mean_d, var_d)``
+    the mean and variance over a uniform pilot subsample of d_k(θ) = ℓ_k(θ) − q_k(θ) at each θ
+    (:func:`~pymc_subsample.kernels.tuning.pilot_differences` on the step's target);
+``deviations(thetas, means, candidates) -> (rows, squares, totals)``
+    one pass over all N rows (:func:`~pymc_subsample.kernels.tuning.difference_deviations`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_subsample.kernels.tuning import (
+    choose_block_poisson,
+    choose_exact_rows,
+    choose_subsample_size,
+    laplace_draws,
+)
+from pymc_subsample.subsample.indices import block_slices
+
+__all__ = [
+    "AUTO_TOO_LARGE",
+    "DEFAULT_SUBSAMPLE_SIZE",
+    "Design",
+    "RetuneInfo",
+    "choose_exact_and_size",
+    "init",
+    "negative_fraction",
+    "retune",
+    "too_large",
+    "with_block_poisson",
+    "with_size",
+]
+
+#: warm-up draws at which the signed estimator re-chooses λ and a from the chain's own draws
+#: (doubling, so a chain that starts far from θ* is re-tuned as it moves towards the mode)
+SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
+#: the chain's last draws at which the signed estimator's λ and a are chosen again
+SIGNED_WINDOW = 20
+# measured: the pilot alone asked for m = 12,919 of 10⁶ rows on a non-centred model, or all 20,000
+# rows of a Bambi (1|group) model, whose chains need 1000
+#: warm-up draws after which subsample_size="auto" (and the default) choose m again at the chain's
+#: own last RETUNE_WINDOW draws: the set-up pilot's Laplace draws in θ fall where a curved posterior
+#: (a non-centred μ + τz) has no mass, and ask for far more rows than the chain needs
+SIZE_RETUNE_AT = (50, 150)
+RETUNE_WINDOW = 25
+#: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
+#: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
+#: model that needs more exact rows than this needs full-data NUTS
+MAX_EXACT_CANDIDATES = 20_000
+# measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
+# ESS of 3, hence a floor the "auto" choice may raise
+#: the default's floor of m (perturbed) and its m (signed)
+DEFAULT_SUBSAMPLE_SIZE = 1000
+# a leapfrog step costs the m rows' ℓ, its reverse pass and the proxy's directional derivatives
+# (≥ 3 passes over m rows), more than full-data NUTS's one pass once m ≥ N/4
+#: "auto" warns when the rows per estimate reach N / AUTO_TOO_LARGE
+AUTO_TOO_LARGE = 4
+#: pilot rows per point: σ̂² = (n²/m) Var(d) needs Var(d) to a few percent, not all N rows
+PILOT_ROWS = 2000
+#: the fraction of negative warm-up estimates (signed) above which the re-tuning reports them
+NEGATIVE_WARN = 0.2
+#: the last warm-up signs that fraction is read from
+SIGN_WINDOW = 25
+
+
+@dataclass(frozen=True, eq=False)
+class Design:
+    """What the subsample update and the potential read: the estimator's size and parameters.
+
+    Attributes
+    ----------
+    estimator : {"perturbed", "signed"}
+    n : int
+        N, the rows of the model.
+    m : int
+        Subsample size (perturbed), or rows per mini-batch of each Poisson factor (signed, eq. 5.1).
+    num_blocks, requested_blocks : int
+        G = min(requested, m) blocks of u, one refreshed per iteration (ρ ≈ 1 − 1/G, §3.3).
+    blocks : list of slice
+        The G blocks' positions in u.
+    exact : int array
+        Rows computed exactly in every estimate; the others are subsampled (eqs. 4.1-4.3 on them).
+    scored : bool
+        Whether the pass over all N rows that picks ``exact`` was made.
+    minimum : int or None
+        The floor of m where m is chosen again during warm-up (perturbed ``"auto"`` and the default);
+        None where m is fixed.
+    setup_points : array or None
+        θ* and the set-up's Laplace draws, where m is chosen before the chain has draws of its own.
+    lam, a : int, float
+        λ groups of X_l ~ Pois(1) mini-batches and the offset a of the block-Poisson estimator (eq. 5.1).
+    expected_loglik_var, prob_negative : float
+        The pilot's Var log|L̂| and P(L̂ < 0) at (λ, a).
+    kappa : int
+        Groups refreshed per iteration (signed): max(1, round(λ/G)), ρ ≈ 1 − κ/λ.
+    """
+
+    estimator: str
+    n: int
+    m: int
+    num_blocks: int
+    requested_blocks: int
+    blocks: list
+    exact: np.ndarray
+    scored: bool = True
+    minimum: int | None = None
+    setup_points: np.ndarray | None = None
+    lam: int = 1
+    a: float = 0.0
+    expected_loglik_var: float = np.nan
+    prob_negative: float = np.nan
+    kappa: int = 1
+
+    @property
+    def n_rest(self) -> int:
+        """The rows the subsample is drawn from: all but the exact ones."""
+        return self.n - self.exact.size
+
+
+class RetuneInfo(NamedTuple):
+    """What :func:`retune` did at one warm-up draw."""
+
+    redraw: bool  # the design changed: u is drawn again and the current estimate is stale
+    negative: float  # fraction of negative signs before re-tuning (signed), else 0
+    last_size_choice: bool  # the last warm-up choice of m: the time to say whether m is too large
+
+
+def with_size(design: Design, m, exact=None) -> Design:
+    """The design with subsample size m (and the exact rows ``exact``); G = min(requested G, m)."""
+    num_blocks = int(min(design.requested_blocks, int(m)))
+    exact = np.asarray(design.exact if exact is None else exact, dtype=int)
+    return dataclasses.replace(design, m=int(m), num_blocks=num_blocks,
+                               blocks=block_slices(int(m), num_blocks), exact=exact)
+
+
+def with_block_poisson(design: Design, mean_d, var_d, target_variance) -> Design:
+    """The design with λ and a chosen from pilot differences (eq. 5.1, :func:`choose_block_poisson`)."""
+    lam, a, var_log, prob_negative = choose_block_poisson(design.n, design.m, mean_d, var_d, target_variance)
+    return dataclasses.replace(design, lam=lam, a=a, expected_loglik_var=var_log, prob_negative=prob_negative,
+                               kappa=max(1, int(round(lam / design.num_blocks))))
+
+
+def init(estimator, n, subsample_size, num_blocks, target_variance, center, precision, differences,
+         deviations) -> Design:
+    """The set-up's design.
+
+    Parameters
+    ----------
+    estimator : {"perturbed", "signed"}
+    n : int
+    subsample_size : int, "auto" or None
+        None: perturbed, ``"auto"`` with the floor min(N, 1000); signed, min(N, 1000).
+    num_blocks : int
+        The requested G.
+    target_variance : float
+        Target of σ̂² (eq. 4.3) or of Var log|L̂| (eq. 5.1).
+    center, precision : arrays
+        θ* and the Laplace precision there: the pilot's 20 points are drawn from N(θ*, precision⁻¹),
+        where the chain will be after warm-up.
+    differences, deviations : callable
+        The functions over the rows (module docstring).
+    """
+    minimum = 10
+    if subsample_size is None:
+        if estimator == "signed":
+            subsample_size = min(n, DEFAULT_SUBSAMPLE_SIZE)
+        else:
+            subsample_size, minimum = "auto", min(n, DEFAULT_SUBSAMPLE_SIZE)
+    if estimator == "signed" or subsample_size == "auto":
+        # a fixed seed: the same model and settings give the same m and λ in every run
+        setup_rng = np.random.default_rng(0)
+        thetas = laplace_draws(setup_rng, center, precision, 20)
+        # mean_d: the signed estimator's a; var_d: m (both estimators) and λ
+        mean_d, var_d = differences(setup_rng, thetas)
+    auto = subsample_size == "auto" and estimator == "perturbed"
+    exact, scored, points = np.zeros(0, dtype=int), True, None
+    if subsample_size == "auto":
+        subsample_size = choose_subsample_size(n, var_d, target_variance, minimum=minimum)
+    if auto:
+        # at θ* and the Laplace draws around it, where the chain will be after warm-up
+        points = np.vstack([center, thetas])
+        # at the floor, which exact rows cannot lower, the pass would only find rows of large
+        # error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or the end of
+        # a shorter warm-up) makes it at its own draws before any draw is kept
+        scored = subsample_size > minimum
+        if scored:
+            exact, subsample_size = choose_exact_and_size(n, points, subsample_size, differences, deviations,
+                                                          target_variance, minimum)
+        # measured at 10⁶ rows, zoo GLMs: warm set-up 14-27 full-gradient passes with the pass
+        # at set-up, 4-10 without (two benchmark rounds on one machine)
+    design = with_size(Design(estimator, n, 0, 0, num_blocks, [], exact, scored, minimum if auto else None,
+                              points), subsample_size)
+    return with_block_poisson(design, mean_d, var_d, target_variance) if estimator == "signed" else design
+
+
+def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_variance, minimum, keep=None):
+    """The rows to compute exactly in every estimate and m for the others, at ``thetas``.
+
+    Rows whose Taylor proxy error d_k is large where the chain goes (the rows of a small group,
+    whose η moves far under the posterior while the proxy is fixed at θ*) dominate σ² (eq. 4.3),
+    and a uniform subsample holds them rarely (m = 1000 of 10⁵ rows misses a group of 46 rows
+    63% of the time), so m must grow until it holds them often enough. Computed exactly, they
+    add no variance; the rest are subsampled, so that a few exact rows can replace a much larger m.
+    The number of exact rows minimises the rows per estimate (:func:`choose_exact_rows`); where
+    none is worth it, m is ``m_uniform``, the choice from pilot subsamples.
+
+    Parameters
+    ----------
+    keep : int array, optional
+        Rows that stay exact (during warm-up the set only grows, so that the estimator does not
+        switch rows back and forth between chosen points).
+
+    Returns
+    -------
+    exact : int array
+        The rows computed exactly, sorted.
+    m : int
+    """
+    # measured on crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace
+    # draws with 206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled
+    rng = np.random.default_rng(len(thetas))  # its own stream: the pilot's draws stay as they were
+    mean_d, _ = differences(rng, thetas)
+    rows, squares, totals = deviations(thetas, mean_d, max(1, min(n // 4, MAX_EXACT_CANDIDATES)))
+    if keep is not None and keep.size:
+        # the kept rows first: their squares leave the totals before any other row is chosen
+        first = np.isin(rows, keep)
+        extra = np.setdiff1d(keep, rows)
+        squares = np.concatenate([squares[first], squares[~first]])
+        rows = np.concatenate([rows[first], rows[~first]])
+        e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum,
+                                 at_least=int(first.sum()), extra=extra.size)
+        return np.union1d(rows[:e], keep), m  # extra ⊂ keep
+    e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum)
+    return (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
+
+
+def retune(design: Design, thetas, signs, differences, deviations, target_variance, *, final=False):
+    """The design at a warm-up draw: chosen again at the chain's last draws where one is due.
+
+    During warm-up only (the kernel is fixed after it, so the chain stays Markov). The perturbed
+    ``"auto"`` design chooses m and the exact rows again after ``SIZE_RETUNE_AT`` draws, at the last
+    ``RETUNE_WINDOW`` (the set-up's points before the chain has any); the signed one λ and a after
+    ``SIGNED_RETUNE_AT`` draws, at the last ``SIGNED_WINDOW``: the set-up pilot uses Laplace draws
+    around θ*, and where θ* is far from where the chain goes, a = D̄ − λ is wrong there and the
+    signs' predicted probability of being negative far too small.
+
+    Parameters
+    ----------
+    thetas, signs : lists
+        The chain's warm-up draws and the signs of their estimates (signed).
+    final : bool
+        The end of a warm-up shorter than ``SIZE_RETUNE_AT[0]`` (or none), whose pass over all rows
+        the set-up left to the chain: m and the exact rows are chosen now.
+
+    Returns
+    -------
+    design : Design
+    info : RetuneInfo
+    """
+    count = len(thetas)
+    rng = np.random.default_rng(count)
+    if design.estimator == "signed" and count in SIGNED_RETUNE_AT and not final:
+        # measured: θ* 4 posterior sd off gave 43% negative signs against a predicted 3·10⁻²²
+        mean_d, var_d = differences(rng, np.asarray(thetas[-SIGNED_WINDOW:]))
+        design = with_block_poisson(design, mean_d, var_d, target_variance)
+        return design, RetuneInfo(True, negative_fraction(signs), False)
+    due = count in SIZE_RETUNE_AT if not final else not design.scored
+    if design.minimum is None or not due:
+        return design, RetuneInfo(False, 0.0, False)
+    recent = np.asarray(thetas[-RETUNE_WINDOW:]) if thetas else design.setup_points
+    _, var_d = differences(rng, recent)
+    m = choose_subsample_size(design.n, var_d, target_variance, minimum=design.minimum)
+    exact, m = choose_exact_and_size(design.n, recent, m, differences, deviations, target_variance,
+                                     design.minimum, keep=design.exact)
+    changed = m != design.m or not np.array_equal(exact, design.exact)
+    new = dataclasses.replace(with_size(design, m, exact) if changed else design, scored=True)
+    return new, RetuneInfo(changed, 0.0, count == SIZE_RETUNE_AT[-1])
+
+
+def negative_fraction(signs) -> float:
+    """The fraction of negative estimates among the last ``SIGN_WINDOW`` warm-up signs."""
+    return float(np.mean(np.asarray(signs[-SIGN_WINDOW:]) < 0))
+
+
+def too_large(design: Design) -> bool:
+    """Whether the ``"auto"`` design reads N / ``AUTO_TOO_LARGE`` rows or more per estimate, where
+    full-data NUTS is faster.
+    """
+    rows = design.m + design.exact.size
+    return design.minimum is not None and rows * AUTO_TOO_LARGE >= design.n
