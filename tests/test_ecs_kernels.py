@@ -160,7 +160,7 @@ def test_retune_follows_the_warm_up_schedule():
     calls.clear()
     thetas, info_at = [], {}
     for count in range(200):
-        design, info = ecs_tuning.retune(design, thetas, [], differences, deviations, 1.0)
+        design, info = ecs_tuning.retune(design, thetas, [], differences, deviations)
         info_at[count] = info
         thetas.append(np.zeros(2))
     # at draws 50 and 150, each at the last 25 draws: the size's pilot, then the exact rows' pilot
@@ -171,7 +171,7 @@ def test_retune_follows_the_warm_up_schedule():
     calls.clear()
     signs = []
     for count in range(120):
-        signed, info = ecs_tuning.retune(signed, thetas[:count], signs, differences, _refused, 1.0)
+        signed, info = ecs_tuning.retune(signed, thetas[:count], signs, differences, _refused)
         assert info.redraw == (count in (25, 50, 100))
         signs.append(-1 if count % 2 else 1)
     assert calls == [20, 20, 20]
@@ -189,10 +189,10 @@ def test_a_short_warm_up_scores_the_rows_at_its_end():
     design = _init("perturbed", 10_000, None, differences, deviations)
     assert not design.scored and passes == []
     for thetas in ([], [np.zeros(2)] * 20):
-        end, info = ecs_tuning.retune(design, thetas, [], differences, deviations, 1.0, final=True)
+        end, info = ecs_tuning.retune(design, thetas, [], differences, deviations, final=True)
         assert end.scored and not info.last_size_choice
     assert passes == [21, 20]  # the set-up's points without warm-up draws, else the chain's
-    again, _ = ecs_tuning.retune(end, [], [], differences, deviations, 1.0, final=True)
+    again, _ = ecs_tuning.retune(end, [], [], differences, deviations, final=True)
     assert again is end and passes == [21, 20]  # scored once
 
 

@@ -268,7 +268,8 @@ def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logis
         step = pms.HMCECS(subsample_size=30, num_blocks=3, proxy_order=1, rng=1)
     proposals = []
     propose = step._propose_subsample
-    monkeypatch.setattr(step, "_propose_subsample", lambda: proposals.append(propose()) or proposals[-1])
+    monkeypatch.setattr(step, "_propose_subsample",
+                        lambda *args: proposals.append(propose(*args)) or proposals[-1])
     point, _ = step.step(small_logistic.initial_point())
     outcomes = []
     for _ in range(40):

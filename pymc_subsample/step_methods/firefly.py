@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
-from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.firefly_bounds import (
@@ -229,10 +228,8 @@ class FireflyMC(InnerHMC, SubsampleStep):
     def astep(self, q0):
         if not self.started:
             # start near θ*, where the MAP-tuned bound is tight and few rows are bright
-            self.started = True
             self.bright = BrightRows.empty(self.tall.ndim)
-            jitter = self._laplace_chol @ self.rng.standard_normal(self.tall.ndim)
-            q0 = RaveledVars((self.proxy.center + jitter).astype(q0.data.dtype), q0.point_map_info)
+            q0 = self._start_near_center(q0)
         before = self.potential.n_rows_evaluated
         # 1. z | θ (Maclaurin & Adams §3.2)
         n_examined, n_proposed = self._update_brightness(np.asarray(q0.data, dtype=float))
@@ -241,7 +238,6 @@ class FireflyMC(InnerHMC, SubsampleStep):
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before
         stats = self._inner_stats(inner_stats)
-        stats.setdefault("tree_depth", 0)
         stats.update(n_bright=self.bright.size, n_proposed=n_proposed,
                      n_loglik_evals=n_examined + grad_rows, n_grad_evals=grad_rows)
         return q_new, [stats]
@@ -284,9 +280,6 @@ class FireflyMC(InnerHMC, SubsampleStep):
     def progress_columns(self):
         return [StatColumn("n_bright", "bright", "{:.0f}"), StatColumn("step_size", "step", "{:.3g}"),
                 StatColumn("divergences", "div", "{:.0f}")]
-
-    def progress_failing(self, stats):
-        return stats.get("divergences", 0) > 0
 
     ess_remedy = ("Check that the centre is near the posterior mode (few bright rows), raise "
                   "proposal_rate so that brightness mixes faster, or run more draws.")

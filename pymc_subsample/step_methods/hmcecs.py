@@ -3,7 +3,8 @@
 One iteration (Algorithm 1) is a Gibbs sweep over (u, θ):
 
 1. u | θ: propose a new block of the subsample and accept it with the ratio of
-   estimated likelihoods (eq. 3.5), pseudo-marginal style;
+   estimated likelihoods (eq. 3.5), pseudo-marginal style
+   (:func:`~pymc_subsample.kernels.subsample_update.gibbs_step`);
 2. θ | u: one step of PyMC's own NUTS (or HMC) on the subsampled potential
    −Û(θ) = log p(θ) + log L̂(θ; u), the same estimate in the dynamics and in the
    acceptance (eqs. 3.6-3.7).
@@ -12,38 +13,24 @@ Estimators: ``"perturbed"`` uses L̂ = exp(ℓ̂ − σ̂²/2) (eq. 4.5) and tar
 perturbed posterior within O(1/(n m²)) of the true one (eq. 4.6);
 ``"signed"`` uses the unbiased block-Poisson estimator (eq. 5.1) on |L̂| and is
 simulation-consistent after weighting draws by the ``sign`` stat
-(:func:`pymc_subsample.diagnostics.sign_weighted`, eq. 5.3).
+(:func:`pymc_subsample.diagnostics.sign_weighted`, eq. 5.3). The estimator's design (m, the rows
+computed exactly, λ and a) and its warm-up re-tuning are :mod:`pymc_subsample.kernels.ecs_tuning`.
 """
 
 from __future__ import annotations
 
-import warnings
 from functools import partial
 from typing import Any
 
 import numpy as np
-from pymc.blocking import RaveledVars
-from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import drift_check, mean_check
+from pymc_subsample.kernels import ecs_tuning
 from pymc_subsample.kernels.potential import SubsampledPotential
-from pymc_subsample.kernels.subsample_update import (
-    accept_log_ratio,
-    draw_signed,
-    propose_block,
-    propose_block_of_rest,
-    propose_signed_groups,
-)
-from pymc_subsample.kernels.tuning import (
-    choose_block_poisson,
-    choose_exact_rows,
-    choose_subsample_size,
-    difference_deviations,
-    laplace_draws,
-    pilot_differences,
-)
+from pymc_subsample.kernels.subsample_update import GibbsState, draw_subsample, gibbs_step, propose_subsample
+from pymc_subsample.kernels.tuning import difference_deviations, pilot_differences
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, pass_progress
 from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
@@ -53,26 +40,20 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
-from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
-from pymc_subsample.subsample.batch import Batch, Subsample
-from pymc_subsample.subsample.indices import block_slices
+from pymc_subsample.step_methods.inner_hmc import (
+    CURVED_TARGET_ACCEPT,
+    DENSE_ADAPT_MAX_DIM,
+    INNER_HMC_STATS,
+    MASS_MATRICES,
+    TARGET_ACCEPT,
+    InnerHMC,
+    choose_metric,
+)
+from pymc_subsample.subsample.batch import Batch
 
 __all__ = ["HMCECS"]
 
-#: warm-up draws at which the signed estimator re-chooses λ and a from the chain's own draws
-#: (doubling, so a chain that starts far from θ* is re-tuned as it moves towards the mode)
-SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
-# measured: the pilot alone asked for m = 12,919 of 10⁶ rows on a non-centred model, or all 20,000
-# rows of a Bambi (1|group) model, whose chains need 1000
-#: warm-up draws after which subsample_size="auto" (and the default) choose m again at the chain's
-#: own last RETUNE_WINDOW draws: the set-up pilot's Laplace draws in θ fall where a curved posterior
-#: (a non-centred μ + τz) has no mass, and ask for far more rows than the chain needs
-SIZE_RETUNE_AT = (50, 150)
-RETUNE_WINDOW = 25
-#: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
-#: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
-#: model that needs more exact rows than this needs full-data NUTS
-MAX_EXACT_CANDIDATES = 20_000
+
 
 @dataclass_state
 class HMCECSState(SubsampleStepState):
@@ -84,48 +65,6 @@ class HMCECSState(SubsampleStepState):
     warmup_thetas: Any = None
     warmup_signs: Any = None
     warmup_warned: bool = False
-
-
-# measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
-# ESS of 3, hence a floor the "auto" choice may raise
-DEFAULT_SUBSAMPLE_SIZE = 1000  # the default's floor (perturbed) and size (signed), see the docstring
-# "auto" warns when m ≥ N/4: a leapfrog step then costs the m rows' ℓ, its reverse pass and the
-# proxy's directional derivatives (≥ 3 passes over m rows), more than full-data NUTS's one pass
-AUTO_TOO_LARGE = 4
-#: the inner sampler's mass matrix (HMCECS's ``mass_matrix``)
-MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
-# measured on crossed effects with 121 parameters: the chain left the posterior soon after PyMC's
-# adapted matrix took over (σ_b from 0.8 to 0.001, log posterior from −59,700 to −4·10⁶, σ̂² from 0.2
-# to 10⁸), whether or not rows were computed exactly; with the Laplace matrix fixed, or a first
-# window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
-#: "auto" adapts a dense mass matrix only below this many parameters: after its first window of 75
-#: warm-up draws, PyMC's dense adaptation drops the Laplace start and estimates the covariance from
-#: the draws since then alone, singular while they are fewer than the parameters and noisy for long
-#: after (its next window is 150 draws), which can drive a chain out of the posterior
-DENSE_ADAPT_MAX_DIM = 75
-# measured on the non-centred hierarchical logistic regression of the zoo (N = 20,000, 20 groups,
-# 12 seeds × 2000 draws): 0.9 gave 0-5 divergent draws where 0.8 gave 2-28 (one chain in 29 stuck
-# for 500 draws in a tail, μ_a's ESS 4), 1.3× the leapfrog steps per draw and 1.5× the ESS of μ_a
-# and τ_a: more ESS per gradient
-#: the inner sampler's dual-averaging target by default: PyMC's 0.8, and 0.9 on a curved posterior
-#: (rows affine in a non-linear φ(θ), a non-centred μ + τ z[g]), whose metric, adapted where the
-#: posterior's mass is, is too wide in its tails: the higher target gives fewer divergences and
-#: more ESS per gradient there
-TARGET_ACCEPT, CURVED_TARGET_ACCEPT = 0.8, 0.9
-
-
-def _auto_too_large_message(m, n, order, exact=0):
-    return (
-        f"HMCECS (subsample_size='auto' or the default) chose m = {m} of N = {n} rows"
-        + (f" and {exact} rows computed exactly" if exact else "") + ": only so many keep "
-        "σ̂² near its "
-        f"target, because the order-{order} Taylor proxy at the centre θ* fits the rows poorly across the "
-        "posterior (typical of hierarchical models whose group scales can approach zero, or of small N). "
-        "Each leapfrog step then costs several full-data gradients, so full-data NUTS (pm.sample() "
-        "without step=) will be faster and exact (measured on a 20-group hierarchical model with "
-        "20,000 rows: NUTS 68 s; HMCECS unfinished after 18 min). Otherwise pass a center nearer the "
-        "posterior mode, use proxy_order=2, or reparametrise the model."
-    )
 
 
 @step_state(HMCECSState)
@@ -204,73 +143,30 @@ class HMCECS(InnerHMC, SubsampleStep):
         "sign": (np.int64, []),
     }
 
-    def __init__(
-        self,
-        vars=None,
-        *,
-        subsample_size=None,
-        num_blocks=100,
-        estimator="perturbed",
-        proxy_order=2,
-        center=None,
-        inner="nuts",
-        trajectory_length=None,
-        target_accept=None,
-        mass_matrix="auto",
-        model=None,
-        target_variance=1.0,
-        **kwargs,
-    ):
-        _check_choice("estimator", estimator, ("perturbed", "signed"))
-        _check_choice("inner", inner, ("nuts", "hmc"))
-        _check_choice("mass_matrix", mass_matrix, MASS_MATRICES)
-        if estimator == "signed" and proxy_order != 2:
-            # With order < 2, Σq has no curvature, so |L̂| = exp(Σq)·Π|(d̂ − a)/λ| grows
-            # polynomially in the tails instead of decaying: the signed target is improper.
-            raise ValueError(
-                "The signed estimator needs proxy_order=2: with lower orders |L̂| does not decay "
-                "away from the centre and the chain drifts into the tails. Use proxy_order=2 or "
-                "estimator='perturbed'."
-            )
-        if target_variance <= 0:
-            raise ValueError(f"target_variance must be positive; got {target_variance!r}.")
-        self._requested = (subsample_size, num_blocks)
+    def __init__(self, vars=None, *, subsample_size=None, num_blocks=100, estimator="perturbed",
+                 proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=None,
+                 mass_matrix="auto", model=None, target_variance=1.0, **kwargs):
+        _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance)
+        self._requested, self.estimator = (subsample_size, num_blocks), estimator
+        self.is_exact, self.target_variance = estimator == "signed", float(target_variance)
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
-        self.estimator = estimator
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order, **base_kwargs)
-        self.is_exact = estimator == "signed"
-        self.target_variance = float(target_variance)
         precision = self.target.laplace_precision()
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
-        self.started = False
-        self._configure_subsampling(subsample_size, num_blocks, precision)
-        view = self.target.glm
-        curved = view is not None and view.phi is not None
+        self.potential, self.design = SubsampledPotential(self.target, estimator), None
+        self._setup_design = ecs_tuning.init(estimator, self.tall.n_rows, subsample_size, num_blocks,
+                                             self.target_variance, self.proxy.center, precision,
+                                             self._differences, self._deviations)
+        self._use(self._setup_design)
+        curved = self.target.glm is not None and self.target.glm.phi is not None
+        self.mass_matrix, metric, window = choose_metric(mass_matrix, curved, self.tall.ndim,
+                                                         "potential" in kwargs)
         if target_accept is None:
             target_accept = CURVED_TARGET_ACCEPT if curved else TARGET_ACCEPT
-        if mass_matrix == "auto":
-            # measured at N = 20,000: on a curved posterior the fixed Laplace metric took trees of
-            # depth 7 where the adapted one takes 3, 37-55× the ESS/s; elsewhere adapting it cost
-            # 0.66-1.27× the ESS/s (benchmarks/README.md)
-            mass_matrix = "laplace" if not curved else "laplace_adapt"
-            if curved and self.tall.ndim >= DENSE_ADAPT_MAX_DIM and "potential" not in kwargs:
-                # PyMC's dense adaptation with a first window of 2d draws, which estimate a d × d matrix
-                mass_matrix = "adapt"
-                cov = np.linalg.inv(precision)
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental",
-                                            UserWarning)
-                    kwargs["potential"] = QuadPotentialFullAdapt(
-                        self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10,
-                        adaptation_window=2 * self.tall.ndim, rng=self.rng.spawn(1)[0])
-        self.mass_matrix = mass_matrix
-        self.inner = self._make_inner(inner, mass_matrix, precision, trajectory_length, target_accept,
-                                      kwargs)
-        self.subsample = None  # drawn with the chain's rng at its first step
-        self.current = None
-        self.current_theta = None
-        self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
-        self._size_warned = False
+        self.inner = self._make_inner(inner, metric, precision, trajectory_length, target_accept, kwargs,
+                                      adaptation_window=window)
+        self.started, self.subsample, self.current, self.current_theta = False, None, None, None
+        self.warmup_thetas, self.warmup_signs, self.warmup_warned, self._size_warned = [], [], False, False
 
     def check_arguments(self, n_rows):
         subsample_size, num_blocks = self._requested
@@ -279,197 +175,46 @@ class HMCECS(InnerHMC, SubsampleStep):
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
             raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
 
-    # ------------------------------------------------------------------ set-up
-    def _configure_subsampling(self, subsample_size, num_blocks, precision):
-        n = self.tall.n_rows
-        minimum = 10
-        if subsample_size is None:
-            if self.estimator == "signed":
-                subsample_size = min(n, DEFAULT_SUBSAMPLE_SIZE)
-            else:
-                subsample_size, minimum = "auto", min(n, DEFAULT_SUBSAMPLE_SIZE)
-        if self.estimator == "signed" or subsample_size == "auto":
-            # a fixed seed: the same model and settings give the same m and λ in every run
-            setup_rng = np.random.default_rng(0)
-            thetas = laplace_draws(setup_rng, self.proxy.center, precision, 20)
-            # mean_d: the signed estimator's a; var_d: m (both estimators) and λ
-            mean_d, var_d = pilot_differences(setup_rng, self.target, thetas, min(n, 2000))
-        # chosen again during warm-up (perturbed only: the signed estimator's λ and a depend on m and
-        # have their own warm-up re-tuning, _retune_signed)
-        self._auto_minimum = minimum if subsample_size == "auto" and self.estimator == "perturbed" else None
-        exact = np.zeros(0, dtype=int)
-        # whether the pass over all N rows that picks the rows computed exactly
-        # (_choose_exact_and_size) was made; only "auto" with the perturbed estimator makes it
-        self._rows_scored = True
-        if subsample_size == "auto" and self.estimator == "perturbed":
-            # at θ* and the Laplace draws around it, where the chain will be after warm-up
-            self._setup_points = np.vstack([self.proxy.center, thetas])
-            subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-            # at the floor, which exact rows cannot lower, the pass would only find rows of large
-            # error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or
-            # stop_tuning after a shorter warm-up) makes it at its own draws before any draw is kept
-            self._rows_scored = subsample_size > minimum
-            if self._rows_scored:
-                exact, subsample_size = self._choose_exact_and_size(self._setup_points, subsample_size)
-            # measured at 10⁶ rows, zoo GLMs: warm set-up 14-27 full-gradient passes with the pass
-            # at set-up, 4-10 without (two benchmark rounds on one machine)
-        elif subsample_size == "auto":
-            subsample_size = choose_subsample_size(n, var_d, self.target_variance, minimum=minimum)
-        self._setup_exact, self._setup_scored = exact, self._rows_scored
-        self._requested_blocks = num_blocks
-        self._setup_size = int(subsample_size)
-        self._set_size(self._setup_size)
-        self.lam, self.a = 1, 0.0
-        self.potential = SubsampledPotential(self.target, self.estimator, a=0.0, lam=1)
-        self._set_exact(exact)
-        if self.estimator == "signed":
-            self._set_block_poisson(mean_d, var_d)
-            # every chain starts again from these (reset_tuning); its warm-up re-tunes its own
-            self._setup_block_poisson = self._block_poisson
+    # ------------------------------------------------- the estimator's design and its functions of the rows
+    def _differences(self, rng, thetas):
+        return pilot_differences(rng, self.target, thetas, min(self.tall.n_rows, ecs_tuning.PILOT_ROWS))
 
-    def _choose_exact_and_size(self, thetas, m_uniform, keep=None):
-        """The rows to compute exactly in every estimate and m for the others, at ``thetas``.
+    def _deviations(self, thetas, means, candidates):
+        return difference_deviations(self.target, thetas, means, DEFAULT_CHUNK_SIZE, candidates,
+                                     partial(pass_progress, self.tall))
 
-        Rows whose Taylor proxy error d_k is large where the chain goes (the rows of a small group,
-        whose η moves far under the posterior while the proxy is fixed at θ*) dominate σ² (eq. 4.3),
-        and a uniform subsample holds them rarely (m = 1000 of 10⁵ rows misses a group of 46 rows
-        63% of the time), so m must grow until it holds them often enough. Computed exactly, they
-        add no variance; the rest are subsampled (:meth:`SubsampledTarget.perturbed_with_exact`),
-        so that a few exact rows can replace a much larger m. The number of
-        exact rows minimises the rows per estimate (:func:`choose_exact_rows`); where none is worth
-        it, m is ``m_uniform``, the choice from pilot subsamples (:func:`choose_subsample_size`).
-        ``keep``: rows that stay exact (during warm-up the set only grows, so that the estimator
-        does not switch rows back and forth between chosen points).
-        """
-        # measured on crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace
-        # draws with 206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled
-        n = self.tall.n_rows
-        rng = np.random.default_rng(len(thetas))  # its own stream: the pilot's draws stay as they were
-        mean_d, _ = pilot_differences(rng, self.target, thetas, min(n, 2000))
-        candidates = max(1, min(n // 4, MAX_EXACT_CANDIDATES))
-        rows, squares, totals = difference_deviations(self.target, thetas, mean_d, DEFAULT_CHUNK_SIZE,
-                                                      candidates, partial(pass_progress, self.tall))
-        if keep is not None and keep.size:
-            # the kept rows first: their squares leave the totals before any other row is chosen
-            first = np.isin(rows, keep)
-            extra = np.setdiff1d(keep, rows)
-            squares = np.concatenate([squares[first], squares[~first]])
-            rows = np.concatenate([rows[first], rows[~first]])
-            e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum,
-                                     at_least=int(first.sum()), extra=extra.size)
-            return np.union1d(rows[:e], keep), m  # extra ⊂ keep
-        e, m = choose_exact_rows(n, squares, totals, self.target_variance, minimum=self._auto_minimum)
-        return (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
+    def _use(self, design):
+        """Sample with ``design``: its m, G, exact rows, λ and a on the step and its potential."""
+        if self.design is None or design.exact is not self.design.exact:
+            self._exact_batch = Batch(self.tall.gather(design.exact), rows=design.exact)
+        self.design, self.subsample_size, self.num_blocks = design, design.m, design.num_blocks
+        self.exact_rows, self.lam, self.a = design.exact, design.lam, design.a
+        self.potential.lam, self.potential.a = design.lam, design.a
+        self.potential.n_exact, self.potential.n_rest = design.exact.size, design.n_rest
 
-    def _set_exact(self, rows):
-        """Compute the rows ``rows`` exactly in every estimate; subsample the others."""
-        self.exact_rows = np.asarray(rows, dtype=int)
-        self._exact_batch = Batch(self.tall.gather(self.exact_rows), rows=self.exact_rows)
-        self.potential.n_exact = self.exact_rows.size
-        self.potential.n_rest = self.tall.n_rows - self.exact_rows.size
+    def _draw_subsample(self):
+        return draw_subsample(self.rng, self.tall, self.design, self._exact_batch)
 
-    def _draw_rest(self, size):
-        """``size`` rows uniform over the rows not computed exactly (ω_k = 1/n_R, eq. 4.2): uniform
-        over all rows, those in E drawn again (no array of the other N − e rows is kept).
-        """
-        n, exact = self.tall.n_rows, self.exact_rows
-        idx = self.rng.integers(0, n, size=size)
-        if exact.size:
-            while True:
-                hit = np.isin(idx, exact)
-                if not hit.any():
-                    break
-                idx[hit] = self.rng.integers(0, n, size=int(hit.sum()))
-        return idx
+    def _propose_subsample(self, rng, subsample):
+        return propose_subsample(rng, self.tall, self.design, subsample)
 
-    def _set_size(self, m):
-        self.subsample_size = int(m)
-        self.num_blocks = int(min(self._requested_blocks, self.subsample_size))
-        self._blocks = block_slices(self.subsample_size, self.num_blocks)
-
-    def _retune_size(self):
-        """subsample_size="auto": choose m again at the chain's last warm-up draws (SIZE_RETUNE_AT).
-
-        During warm-up only, like :meth:`_retune_signed`: after it the kernel is fixed, so the
-        chain targets the perturbed posterior of that m. The warning that m is so large that
-        full-data NUTS is faster comes from the last choice (or at the end of a shorter warm-up).
-        """
-        recent = np.asarray(self.warmup_thetas[-RETUNE_WINDOW:]) if self.warmup_thetas else self._setup_points
-        rng = np.random.default_rng(len(self.warmup_thetas))
-        _, var_d = pilot_differences(rng, self.target, recent, min(self.tall.n_rows, 2000))
-        m = choose_subsample_size(self.tall.n_rows, var_d, self.target_variance, minimum=self._auto_minimum)
-        exact, m = self._choose_exact_and_size(recent, m, keep=self.exact_rows)
-        self._rows_scored = True
-        if m != self.subsample_size or not np.array_equal(exact, self.exact_rows):
-            self._set_exact(exact)
-            self._set_size(m)
-            self.subsample = self._draw_subsample()
-            self.current = None
-        if len(self.warmup_thetas) == SIZE_RETUNE_AT[-1]:
+    def _retune(self, final=False):
+        """The design chosen again at the chain's warm-up draws (:func:`ecs_tuning.retune`)."""
+        design, info = ecs_tuning.retune(self.design, self.warmup_thetas, self.warmup_signs,
+                                         self._differences, self._deviations, final=final)
+        self._use(design)
+        if info.redraw:
+            self.subsample, self.current = self._draw_subsample(), None
+        if info.negative > ecs_tuning.NEGATIVE_WARN and not self.warmup_warned:
+            self.warmup_warned = True
+            warn_poor(ecs_tuning.negative_signs_message(info.negative, design))
+        if info.last_size_choice:
             self._warn_if_size_too_large()
 
     def _warn_if_size_too_large(self):
-        n = self.tall.n_rows
-        too_large = (self.subsample_size + self.exact_rows.size) * AUTO_TOO_LARGE >= n
-        if self._auto_minimum is not None and too_large and not self._size_warned:
+        if ecs_tuning.too_large(self.design) and not self._size_warned:
             self._size_warned = True
-            warn_poor(_auto_too_large_message(self.subsample_size, n, self.proxy.order, self.exact_rows.size))
-
-    def _set_block_poisson(self, mean_d, var_d):
-        """λ, a (Dang et al. 2019 eq. 5.1) from pilot differences; the potential reads them at each call."""
-        self._use_block_poisson(*choose_block_poisson(
-            self.tall.n_rows, self.subsample_size, mean_d, var_d, self.target_variance))
-
-    def _use_block_poisson(self, lam, a, expected_loglik_var, prob_negative):
-        self.expected_loglik_var, self.prob_negative = expected_loglik_var, prob_negative
-        self._kappa = max(1, int(round(lam / self.num_blocks)))
-        self.lam, self.a = lam, a
-        self.potential.lam, self.potential.a = lam, a
-
-    @property
-    def _block_poisson(self):
-        return self.lam, self.a, self.expected_loglik_var, self.prob_negative
-
-    def _retune_signed(self):
-        """Re-choose λ and a at the chain's recent warm-up draws, then redraw u.
-
-        The set-up pilot uses Laplace draws around θ*; when θ* is far from where the chain
-        goes, a = D̄ − λ is wrong there and the signs' predicted probability of being negative
-        far too small. During warm-up only (the kernel is fixed after it, so the chain stays
-        Markov) λ and a follow the chain's own draws.
-        """
-        # measured: θ* 4 posterior sd off gave 43% negative signs against a predicted 3·10⁻²²
-        recent = np.asarray(self.warmup_thetas[-20:])
-        rng = np.random.default_rng(len(self.warmup_thetas))
-        mean_d, var_d = pilot_differences(rng, self.target, recent, min(self.tall.n_rows, 2000))
-        self._set_block_poisson(mean_d, var_d)
-        self.subsample = self._draw_subsample()
-        self.current = None
-        negative = float(np.mean(np.asarray(self.warmup_signs[-25:]) < 0))
-        if negative > 0.2 and not self.warmup_warned:
-            self.warmup_warned = True
-            warn_poor(
-                f"HMCECS (signed): {negative:.0%} of the last warm-up estimates were negative before "
-                f"re-tuning λ = {self.lam}, a = {self.a:.4g} at the chain's own draws. If this persists "
-                "after warm-up, sign-weighted means will be very noisy: pass a center nearer the "
-                "posterior mode, or raise subsample_size."
-            )
-
-    def _draw_subsample(self):
-        if self.estimator == "signed":
-            return draw_signed(self.rng, self.tall, self.lam, self.subsample_size)
-        if self.exact_rows.size:
-            return Subsample.with_exact(self.tall, self._exact_batch, self._draw_rest(self.subsample_size))
-        idx = self.rng.integers(0, self.tall.n_rows, size=self.subsample_size)
-        return Subsample.gather(self.tall, idx)
-
-    def _propose_subsample(self):
-        if self.estimator == "signed":
-            return propose_signed_groups(self.rng, self.tall, self.subsample, self._kappa)
-        if self.exact_rows.size:
-            return propose_block_of_rest(self.rng, self.tall, self.subsample, self._blocks, self._draw_rest,
-                                         self.exact_rows.size)
-        return propose_block(self.rng, self.tall, self.subsample, self._blocks)
+            warn_poor(ecs_tuning.too_large_message(self.design, self.proxy.order))
 
     # -------------------------------------------------------------- sampling
     def astep(self, q0):
@@ -479,69 +224,48 @@ class HMCECS(InnerHMC, SubsampleStep):
             # far from θ* the control variates are poor, σ̂² is huge, and the signed estimator's
             # a (set near θ*) makes |L̂| meaningless, so a chain started at PyMC's default
             # initial point may never reach the posterior. Only the first tuning draw changes.
-            self.started = True
             self.subsample = self._draw_subsample()
-            jitter = self._laplace_chol @ self.rng.standard_normal(self.tall.ndim)
-            q0 = RaveledVars((self.proxy.center + jitter).astype(q0.data.dtype), q0.point_map_info)
-        theta = q0.data
-        if self.tune and self.estimator == "signed" and len(self.warmup_thetas) in SIGNED_RETUNE_AT:
-            self._retune_signed()
-        if self.tune and self._auto_minimum is not None and len(self.warmup_thetas) in SIZE_RETUNE_AT:
-            self._retune_size()
-        if self.current is None or not np.array_equal(self.current_theta, theta):
-            self.current = self.potential.estimate(theta, self.subsample)
-            self.current_theta = np.array(theta, copy=True)
+            q0 = self._start_near_center(q0)
+        if self.tune:
+            self._retune()
         # 1. u | θ (eq. 3.5)
-        proposal = self._propose_subsample()
-        proposed = self.potential.estimate(theta, proposal)
-        accepted, subsample_accept = accept_log_ratio(self.rng, proposed.value - self.current.value)
-        if accepted:
-            self.subsample, self.current = proposal, proposed
+        state = GibbsState(self.subsample, self.current, self.current_theta)
+        gibbs, info = gibbs_step(self.rng, state, q0.data, self._propose_subsample, self.potential.estimate)
+        self.subsample, self.current = gibbs.subsample, gibbs.estimate
         # 2. θ | u: PyMC's NUTS/HMC on the subsampled Hamiltonian (eqs. 3.6-3.7)
         self.potential.subsample = self.subsample
         before_inner = self.potential.n_rows_evaluated
-        self.potential.record_trajectory(theta, self.current)
+        self.potential.record_trajectory(q0.data, self.current)
         q_new, (inner_stats,) = self.inner.astep(q0)
-        grad_rows = self.potential.n_rows_evaluated - before_inner
-        loglik_var = self.current.loglik_var  # σ̂² at θ^(j-1) with the accepted u^(j)
         # The inner sampler evaluated the estimate at every point of its trajectory, the state
         # it returns included: reuse it (value, σ̂², sign at (θ^(j), u^(j)), eq. 5.3) for the next
         # subsample update instead of another pass over the rows.
-        self.current = self.potential.recorded(q_new.data)
-        if self.current is None:
-            self.current = self.potential.estimate(q_new.data, self.subsample)
+        self.current = (self.potential.recorded(q_new.data)
+                        or self.potential.estimate(q_new.data, self.subsample))
         self.current_theta = np.array(q_new.data, copy=True)
         stats = self._inner_stats(inner_stats)
-        stats.setdefault("tree_depth", 0)
         stats.update(
-            subsample_accept=subsample_accept,
-            loglik_var=loglik_var,
+            subsample_accept=info.acceptance_probability,
+            loglik_var=gibbs.estimate.loglik_var,  # σ̂² at θ^(j-1) with the accepted u^(j)
             n_loglik_evals=self.potential.n_rows_evaluated - evaluated_before,
-            n_grad_evals=grad_rows,
+            n_grad_evals=self.potential.n_rows_evaluated - before_inner,
             sign=self.current.sign,
         )
         if self.tune:  # the retuning's points, and the drift check's reference (run_checks)
             self.warmup_thetas.append(np.array(q_new.data, dtype=float))
-        if self.tune and self.estimator == "signed":
-            self.warmup_signs.append(self.current.sign)
+            if self.estimator == "signed":
+                self.warmup_signs.append(self.current.sign)
         return q_new, [stats]
 
     # ------------------------------------------------------ tuning and checks
     def reset_tuning(self):
+        """Each chain starts from the set-up's design, which its own warm-up chooses again."""
         super().reset_tuning()
         self.warmup_thetas, self.warmup_signs, self.warmup_warned = [], [], False
-        if self._auto_minimum is not None:  # each chain chooses m (and E) again from the set-up's choice
-            self._set_size(self._setup_size)
-            self._set_exact(self._setup_exact)
-            self._rows_scored = self._setup_scored
-        if self.estimator == "signed":  # and re-tunes λ and a from the set-up's (_retune_signed)
-            self._use_block_poisson(*self._setup_block_poisson)
+        self._use(self._setup_design)
 
     def stop_tuning(self):
-        if self._auto_minimum is not None and not self._rows_scored:
-            # a warm-up shorter than SIZE_RETUNE_AT[0] (or none): the pass over all rows that the
-            # set-up left to the chain, at its last draws or at the set-up's points
-            self._retune_size()
+        self._retune(final=True)  # a warm-up shorter than SIZE_RETUNE_AT[0] (or none) scores the rows now
         super().stop_tuning()
         self._warn_if_size_too_large()  # a warm-up shorter than SIZE_RETUNE_AT[-1]
 
@@ -558,15 +282,11 @@ class HMCECS(InnerHMC, SubsampleStep):
             columns.append(StatColumn("sign", "sign", "{:+.0f}"))
         return columns
 
-    def progress_failing(self, stats):
-        """Red bar once the chain has a divergence after warm-up, as PyMC's NUTS."""
-        return stats.get("divergences", 0) > 0
-
     ess_remedy = ("Increase subsample_size (or use subsample_size='auto') so that σ̂² is near 1, and "
                   "check that the centre is near the posterior mode.")
 
     def _variance_remedy(self):
-        text = _variance_remedy_text(self._auto_minimum is not None, self.estimator)
+        text = _variance_remedy_text(self.design.minimum is not None, self.estimator)
         if self.mass_matrix == "laplace_adapt" and self.tall.ndim >= DENSE_ADAPT_MAX_DIM:
             # measured: the chain left the posterior once PyMC's adapted matrix took over
             text = (f"mass_matrix='laplace_adapt' adapts a dense {self.tall.ndim} × {self.tall.ndim} "
@@ -606,6 +326,24 @@ class HMCECS(InnerHMC, SubsampleStep):
         return checks
 
 
+def _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance):
+    """The choices and numbers HMCECS checks before any set-up."""
+    choices = {"estimator": ("perturbed", "signed"), "inner": ("nuts", "hmc"), "mass_matrix": MASS_MATRICES}
+    for (name, allowed), value in zip(choices.items(), (estimator, inner, mass_matrix)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}; got {value!r}.")
+    if estimator == "signed" and proxy_order != 2:
+        # With order < 2, Σq has no curvature, so |L̂| = exp(Σq)·Π|(d̂ − a)/λ| grows
+        # polynomially in the tails instead of decaying: the signed target is improper.
+        raise ValueError(
+            "The signed estimator needs proxy_order=2: with lower orders |L̂| does not decay "
+            "away from the centre and the chain drifts into the tails. Use proxy_order=2 or "
+            "estimator='perturbed'."
+        )
+    if target_variance <= 0:
+        raise ValueError(f"target_variance must be positive; got {target_variance!r}.")
+
+
 def _variance_remedy_text(auto, estimator):
     if estimator == "perturbed" and not auto:
         # a fixed m subsamples every row, those with a large proxy error (small groups) too
@@ -615,8 +353,3 @@ def _variance_remedy_text(auto, estimator):
     return ("Run a longer warm-up (tune), so that m and the rows computed exactly are chosen again at "
             "the chain's own draws, or pass a center closer to the posterior mode; if σ̂² stays high, "
             "full-data NUTS (pm.sample() without step=) is the safer sampler.")
-
-
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}; got {value!r}.")

@@ -14,11 +14,23 @@ import warnings
 import numpy as np
 import pymc as pm
 import scipy.linalg
+from pymc.blocking import RaveledVars
 from pymc.step_methods.hmc.quadpotential import QuadPotentialFull, QuadPotentialFullAdapt
 
 from pymc_subsample.pymc_protocol import PotentialForPyMC
 
-__all__ = ["INNER_HMC_STATS", "INNER_STAT_NAMES", "InnerHMC", "LaplaceMetric", "PyMCPotential"]
+__all__ = [
+    "CURVED_TARGET_ACCEPT",
+    "DENSE_ADAPT_MAX_DIM",
+    "INNER_HMC_STATS",
+    "INNER_STAT_NAMES",
+    "MASS_MATRICES",
+    "TARGET_ACCEPT",
+    "InnerHMC",
+    "LaplaceMetric",
+    "PyMCPotential",
+    "choose_metric",
+]
 
 #: stats of PyMC's NUTS/HMC that the steps wrapping it (HMCECS, FireflyMC) report, ArviZ's names
 INNER_HMC_STATS = {
@@ -43,6 +55,57 @@ INNER_STAT_NAMES = {
     "depth": "tree_depth",
     "tree_size": "n_steps",
 }
+
+#: the inner sampler's mass matrix (HMCECS's ``mass_matrix``)
+MASS_MATRICES = ("auto", "laplace", "laplace_adapt", "adapt")
+# measured on crossed effects with 121 parameters: the chain left the posterior soon after PyMC's
+# adapted matrix took over (σ_b from 0.8 to 0.001, log posterior from −59,700 to −4·10⁶, σ̂² from 0.2
+# to 10⁸), whether or not rows were computed exactly; with the Laplace matrix fixed, or a first
+# window of 2d draws, σ̂² stayed at 0.05-0.24 and σ_b at 0.8-0.9
+#: "auto" adapts a dense mass matrix only below this many parameters: after its first window of 75
+#: warm-up draws, PyMC's dense adaptation drops the Laplace start and estimates the covariance from
+#: the draws since then alone, singular while they are fewer than the parameters and noisy for long
+#: after (its next window is 150 draws), which can drive a chain out of the posterior
+DENSE_ADAPT_MAX_DIM = 75
+# measured on the non-centred hierarchical logistic regression of the zoo (N = 20,000, 20 groups,
+# 12 seeds × 2000 draws): 0.9 gave 0-5 divergent draws where 0.8 gave 2-28 (one chain in 29 stuck
+# for 500 draws in a tail, μ_a's ESS 4), 1.3× the leapfrog steps per draw and 1.5× the ESS of μ_a
+# and τ_a: more ESS per gradient
+#: the inner sampler's dual-averaging target by default: PyMC's 0.8, and 0.9 on a curved posterior
+#: (rows affine in a non-linear φ(θ), a non-centred μ + τ z[g]), whose metric, adapted where the
+#: posterior's mass is, is too wide in its tails: the higher target gives fewer divergences and
+#: more ESS per gradient there
+TARGET_ACCEPT, CURVED_TARGET_ACCEPT = 0.8, 0.9
+
+
+def choose_metric(requested, curved, ndim, potential_given):
+    """The inner sampler's mass matrix for a requested one of :data:`MASS_MATRICES`.
+
+    ``"auto"``: the Laplace metric, fixed; adapted by PyMC's dense adaptation from the Laplace start
+    where the posterior is ``curved`` (rows affine in a non-linear row-free φ(θ)), with a first
+    window of 2d draws from :data:`DENSE_ADAPT_MAX_DIM` parameters on, unless the caller gives
+    PyMC its own ``potential``.
+
+    Returns
+    -------
+    reported : str
+        ``mass_matrix`` as the step reports it (``"adapt"`` for the dense adaptation over 2d draws).
+    built : str
+        The ``mass_matrix`` of :meth:`InnerHMC._make_inner`.
+    adaptation_window : int or None
+        PyMC's first adaptation window; None: its default.
+    """
+    if requested != "auto":
+        return requested, requested, None
+    # measured at N = 20,000: on a curved posterior the fixed Laplace metric took trees of depth 7
+    # where the adapted one takes 3, 37-55× the ESS/s; elsewhere adapting it cost 0.66-1.27× the
+    # ESS/s (benchmarks/README.md)
+    if not curved:
+        return "laplace", "laplace", None
+    if ndim >= DENSE_ADAPT_MAX_DIM and not potential_given:
+        # PyMC's dense adaptation with a first window of 2d draws, which estimate a d × d matrix
+        return "adapt", "laplace_adapt", 2 * ndim
+    return "laplace_adapt", "laplace_adapt", None
 
 
 class PyMCPotential(PotentialForPyMC):
@@ -94,12 +157,14 @@ class InnerHMC:
     a kernel's potential.
     """
 
-    def _make_inner(self, inner, mass_matrix, precision, trajectory_length, target_accept, kwargs):
+    def _make_inner(self, inner, mass_matrix, precision, trajectory_length, target_accept, kwargs,
+                    adaptation_window=None):
         """PyMC's NUTS (or HMC with ``trajectory_length``, default 1.2) on ``self.potential``.
 
         ``mass_matrix``: ``"laplace"`` (``precision``, fixed), ``"laplace_adapt"`` (PyMC's dense
-        adaptation started from its inverse, with the weight of 10 draws, PyMC's own default), or
-        ``"adapt"`` (PyMC's default diagonal adaptation).
+        adaptation started from its inverse, with the weight of 10 draws, PyMC's own default, and a
+        first window of ``adaptation_window`` draws, None: PyMC's 75), or ``"adapt"`` (PyMC's
+        default diagonal adaptation).
         """
         kwargs = dict(kwargs)
         if mass_matrix == "laplace_adapt":
@@ -108,8 +173,10 @@ class InnerHMC:
                 # PyMC flags its dense adaptation as experimental; HMCECS's "auto" chose it for the
                 # user (documented, measured in benchmarks/README.md), so the user is not warned
                 warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental", UserWarning)
+                window = {} if adaptation_window is None else {"adaptation_window": adaptation_window}
                 kwargs["potential"] = QuadPotentialFullAdapt(
-                    self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10, rng=self.rng.spawn(1)[0])
+                    self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10, rng=self.rng.spawn(1)[0],
+                    **window)
         elif mass_matrix == "laplace":
             # Given by the covariance M⁻¹, not by the precision M: the same kinetic energy and
             # momentum law, but PyMC then computes each velocity M⁻¹p as one dense mat-vec instead
@@ -135,9 +202,25 @@ class InnerHMC:
         return pm.NUTS(**kwargs)
 
     def _inner_stats(self, inner_stats) -> dict:
-        """The inner sampler's stats under ArviZ's names, those this step declares only."""
+        """The inner sampler's stats under ArviZ's names, those this step declares only; HMC's
+        ``tree_depth`` is 0.
+        """
         stats = {INNER_STAT_NAMES.get(k, k): v for k, v in inner_stats.items()}
-        return {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
+        stats.setdefault("tree_depth", 0)
+        return stats
+
+    def _start_near_center(self, q0):
+        """q0 at a Laplace draw θ* + Lz around the centre (``self._laplace_chol`` = L), from the step's
+        generator: where the kernel's auxiliary state was tuned, and the chain's first point.
+        """
+        self.started = True
+        jitter = self._laplace_chol @ self.rng.standard_normal(self.tall.ndim)
+        return RaveledVars((self.proxy.center + jitter).astype(q0.data.dtype), q0.point_map_info)
+
+    def progress_failing(self, stats):
+        """Red bar once the chain has a divergence after warm-up, as PyMC's NUTS."""
+        return stats.get("divergences", 0) > 0
 
     def stop_tuning(self):
         super().stop_tuning()
