@@ -60,7 +60,7 @@ def measure(name, n_rows):
         x0 = step.proxy.center
         t_full = best_time(lambda: full(x0), 10)
         # the subsample size a chain samples with: the default chooses m again during warm-up
-        # (HMCECS SIZE_RETUNE_AT), so a short warm-up, after which m is final
+        # (kernels.ecs_tuning.SIZE_RETUNE_AT), so a short warm-up, after which m is final
         pm.sample(step=step, draws=1, tune=160, chains=1, random_seed=0, progressbar=False,
                   compute_convergence_checks=False)
     # one estimate of value and gradient on the chain's last subsample: what a leapfrog step costs
