@@ -270,7 +270,7 @@ def retune(design: Design, thetas, signs, differences, deviations, *, final=Fals
         The chain's warm-up draws and the signs of their estimates (signed).
     final : bool
         The end of a warm-up shorter than ``SIZE_RETUNE_AT[0]`` (or none), whose pass over all rows
-        the set-up left to the chain: m and the exact rows are chosen now.
+        the set-up left to the chain: m and the exact rows are chosen at its end.
 
     Returns
     -------
@@ -293,8 +293,8 @@ def retune(design: Design, thetas, signs, differences, deviations, *, final=Fals
     exact, m = choose_exact_and_size(design.n, recent, m, differences, deviations, design.target_variance,
                                      design.minimum, keep=design.exact)
     changed = m != design.m or not np.array_equal(exact, design.exact)
-    new = dataclasses.replace(with_size(design, m, exact) if changed else design, scored=True)
-    return new, RetuneInfo(changed, 0.0, count == SIZE_RETUNE_AT[-1])
+    retuned = dataclasses.replace(with_size(design, m, exact) if changed else design, scored=True)
+    return retuned, RetuneInfo(changed, 0.0, count == SIZE_RETUNE_AT[-1])
 
 
 def negative_fraction(signs) -> float:

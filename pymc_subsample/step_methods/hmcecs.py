@@ -265,7 +265,7 @@ class HMCECS(InnerHMC, SubsampleStep):
         self._use(self._setup_design)
 
     def stop_tuning(self):
-        self._retune(final=True)  # a warm-up shorter than SIZE_RETUNE_AT[0] (or none) scores the rows now
+        self._retune(final=True)  # a warm-up shorter than SIZE_RETUNE_AT[0] (or none) scores the rows here
         super().stop_tuning()
         self._warn_if_size_too_large()  # a warm-up shorter than SIZE_RETUNE_AT[-1]
 
