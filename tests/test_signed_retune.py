@@ -37,11 +37,10 @@ def test_every_chain_starts_from_the_set_ups_lambda_and_a():
     X, y = logistic_data(5_000, 3, seed=21)
     with logistic_model(X, y):
         step = pms.HMCECS(subsample_size=5, estimator="signed", rng=0, progressbar=False)
-    setup = (step.lam, step.a, step.design.expected_loglik_var, step.design.prob_negative, step.design.kappa)
+    setup = (step.lam, step.a, step.expected_loglik_var, step.prob_negative, step.design.kappa)
     # what a chain's re-tuning does: other pilot differences, other λ and a
     step._use(with_block_poisson(step.design, mean_d=setup[1] + 3.0, var_d=50.0))
     assert (step.lam, step.a) != setup[:2]
     step.reset_tuning()
-    assert (step.lam, step.a, step.design.expected_loglik_var, step.design.prob_negative,
-            step.design.kappa) == setup
+    assert (step.lam, step.a, step.expected_loglik_var, step.prob_negative, step.design.kappa) == setup
     assert (step.potential.lam, step.potential.a) == setup[:2]

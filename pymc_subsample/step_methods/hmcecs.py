@@ -189,6 +189,7 @@ class HMCECS(InnerHMC, SubsampleStep):
             self._exact_batch = Batch(self.tall.gather(design.exact), rows=design.exact)
         self.design, self.subsample_size, self.num_blocks = design, design.m, design.num_blocks
         self.exact_rows, self.lam, self.a = design.exact, design.lam, design.a
+        self.expected_loglik_var, self.prob_negative = design.expected_loglik_var, design.prob_negative
         self.potential.lam, self.potential.a = design.lam, design.a
         self.potential.n_exact, self.potential.n_rest = design.exact.size, design.n_rest
 
