@@ -154,7 +154,7 @@ def test_centre_of_a_non_concave_posterior_goes_to_lbfgs_without_an_exact_newton
     import pymc_subsample.control_variates.center as center
 
     tall = pms.TallModel(build("hierarchical_noncentred", 20_000))
-    real_expansions = center._expansion_steps
+    real_expansions = center.expansion_steps
     in_theta = []
 
     def phi_refused(tall, coordinates, start, *a, **k):
@@ -163,7 +163,7 @@ def test_centre_of_a_non_concave_posterior_goes_to_lbfgs_without_an_exact_newton
         in_theta.append(real_expansions(tall, coordinates, start, *a, **k)[0])
         return None, in_theta[-1] if in_theta[-1] is not None else start
 
-    monkeypatch.setattr(center, "_expansion_steps", phi_refused)
+    monkeypatch.setattr(center, "expansion_steps", phi_refused)
     exact_newton = []
     real = center._newton_polish
     monkeypatch.setattr(center, "_newton_polish", lambda *a, **k: exact_newton.append(1) or real(*a, **k))
@@ -190,7 +190,7 @@ def test_centre_where_the_prior_is_not_concave_by_expansions_in_theta(monkeypatc
 
 
 def test_an_expansion_is_taken_only_where_the_rows_curvature_is_concave():
-    from pymc_subsample.control_variates.center import _concave
+    from pymc_subsample.control_variates.expansion import _concave
 
     negative = -np.diag([3.0, 1e-3, 2e5])
     assert _concave(negative)
@@ -219,7 +219,7 @@ def test_centre_with_many_groups_takes_the_curvature_over_all_rows_and_a_trust_r
 def test_the_trust_region_bounds_each_coordinates_step_and_only_where_it_must():
     """B's diagonal is made at least |A_i| / R in magnitude: a coordinate's Newton step −A_i / B_ii is
     then at most R; where the steps are within R already, B is returned as it is."""
-    from pymc_subsample.control_variates.center import TRUST_RADIUS, _trust_region
+    from pymc_subsample.control_variates.expansion import TRUST_RADIUS, _trust_region
 
     quadratic = np.array([[-4.0, 1.0], [1.0, -1e-3]])
     near = np.array([0.5, 1e-3])
