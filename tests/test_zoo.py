@@ -88,7 +88,7 @@ VECTORISED_J = ["logistic", "bambi_form", "linear", "student_t", "two_observed",
 def test_set_up_jacobian_of_eta_in_one_vectorised_call_equals_one_call_per_point(name):
     """The set-up's J_k = ∂η_k/∂θ (or ∂η_k/∂φ) comes from η at 0 and the unit vectors in one call
     vectorised over the points (no Blockwise node), and equals one call per point."""
-    from pymc_subsample.model.distributional import distributional_regression
+    from pymc_subsample.model.regression_view import distributional_regression
 
     tall = TallModel(build(name, 2000))
     view = tall.regression_view

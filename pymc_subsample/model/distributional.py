@@ -26,51 +26,29 @@ Where none is, η may still be affine in the few row-free values φ(θ) that its
 (:mod:`pymc_subsample.model.row_free`; a non-centred ``a = μ + τ z`` read as ``a[g]``):
 η_k = η_k(0) + J_k φ(θ), the view's :attr:`~DistributionalRegression.phi`, and the Taylor proxy
 is then taken in η (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
-:func:`view_matching_rows` then checks that f reproduces the model's own rows, and
-any model it does not fit keeps the generic graph.
+:func:`~pymc_subsample.model.regression_view.view_matching_rows` then checks that f reproduces
+the model's own rows, and any model it does not fit keeps the generic graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
-from pytensor.compile.ops import ViewOp
-from pytensor.graph.replace import graph_replace, vectorize_graph
-from pytensor.graph.traversal import ancestors, applys_between, explicit_graph_inputs
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import applys_between, explicit_graph_inputs
 
-from pymc_subsample.families import LINKS, NUMPY, PYTENSOR, PointMassMixture, closed_form
-from pymc_subsample.model.compile import (
-    SLOW_REWRITES,
-    compile_function,
-    compile_numpy,
-    compile_python,
-    has_blockwise,
-)
+from pymc_subsample.families import LINKS, PYTENSOR, PointMassMixture, closed_form
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_numpy
 from pymc_subsample.model.one_hot import PointLayout, coordinates_read, find_one_hot_blocks, jacobian_products
-from pymc_subsample.model.op_patterns import (
-    elementwise_input,
-    is_univariate_random_variable,
-    point_mass_mixture,
-)
-from pymc_subsample.model.row_free import RowFreeParameters, lift_row_free_into_gathers, row_free_frontier
+from pymc_subsample.model.points import PointsFunction, affine_offset_and_jacobian
 
-__all__ = [
-    "NUMPY_TERMS_MIN_ROWS",
-    "DistributionalRegression",
-    "PointsFunction",
-    "RowTerms",
-    "affine_view",
-    "distributional_regression",
-    "view_matching_rows",
-]
+__all__ = ["JACOBIAN_GRADIENT_MAX_D", "NUMPY_TERMS_MIN_ROWS", "DistributionalRegression", "RowTerms"]
 
-_CHECK_ROWS = 8
 # measured: compiling `eta_vjp` was 0.74 s of a first run's 7.3 s on the d = 2 zoo model; on the
 # centred hierarchical model (d = 24 but 3 points) a Numba kernel of 4-5 s on a cold cache
 #: up to this many points besides 0 (unit vectors of the coordinates η reads densely, one indicator
@@ -115,7 +93,7 @@ class RowTerms:
 
 class DistributionalRegression:
     """The model's rows as f(y_k, η_k) with η affine in θ (module docstring); build it with
-    :func:`distributional_regression`.
+    :func:`~pymc_subsample.model.regression_view.distributional_regression`.
 
     Attributes
     ----------
@@ -183,7 +161,7 @@ class DistributionalRegression:
 
     def eta_at_thetas(self, thetas, batch) -> np.ndarray:
         """η_k at each row of ``thetas`` (k, d), shape (k, m, p), in one call where PyTensor can
-        vectorise η's graph over the points (:class:`PointsFunction`).
+        vectorise η's graph over the points (:class:`~pymc_subsample.model.points.PointsFunction`).
         """
         return np.stack(self.eta_components_at_thetas(thetas, batch), axis=-1)
 
@@ -197,8 +175,9 @@ class DistributionalRegression:
     def values_at_thetas(self, thetas, batch):
         """(η_j, one (k, m) array per η; f(y_k, η_k) (k, m)) at each row of ``thetas`` (k, d): the
         rows' values alone, without f's derivatives, from one call vectorised over the points
-        (:class:`PointsFunction`). For the set-up's passes that need ℓ_k at many points: the rows'
-        terms at one point at a time computed ∂f and ∂²f too, and read each chunk once per point.
+        (:class:`~pymc_subsample.model.points.PointsFunction`). For the set-up's passes that need ℓ_k
+        at many points: the rows' terms at one point at a time computed ∂f and ∂²f too, and read each
+        chunk once per point.
         """
         if self._value_points is None:
             self._value_points = self._points_in_theta([*self.eta_rows, self.loglik_graph(self.eta_rows)])
@@ -206,7 +185,9 @@ class DistributionalRegression:
         return etas, value
 
     def _points_in_theta(self, graphs):
-        """:class:`PointsFunction` of per-row ``graphs`` of (θ, batch) at k points θ."""
+        """:class:`~pymc_subsample.model.points.PointsFunction` of per-row ``graphs`` of (θ, batch)
+        at k points θ.
+        """
         dtype = self.tall.theta.dtype
         return PointsFunction([self.tall.theta], graphs, self.tall.batch_inputs,
                               lambda points: [np.asarray(points, dtype=dtype)])
@@ -215,7 +196,7 @@ class DistributionalRegression:
         """(η_k(0) (m, p), J_k (m, p, d)) from η at 0 and the d unit vectors, exact because η is
         affine: one vectorised call (:meth:`eta_at_thetas`).
         """
-        return _affine_offset_and_jacobian(lambda points: self.eta_at_thetas(points, batch), self.tall.ndim)
+        return affine_offset_and_jacobian(lambda points: self.eta_at_thetas(points, batch), self.tall.ndim)
 
     def eta_at_phi(self, phi, batch) -> np.ndarray:
         """η_k as a function of a flat φ (:attr:`phi`), shape (m, p): affine in φ."""
@@ -266,7 +247,7 @@ class DistributionalRegression:
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
         η is affine in φ: one vectorised call (:meth:`eta_at_phis`).
         """
-        return _affine_offset_and_jacobian(lambda points: self.eta_at_phis(points, batch), self.phi.size)
+        return affine_offset_and_jacobian(lambda points: self.eta_at_phis(points, batch), self.phi.size)
 
     def row_terms(self, theta, batch, *, setup=False) -> RowTerms:
         """:class:`RowTerms` of the rows of ``batch`` at θ: f and its first and second derivatives in η.
@@ -379,87 +360,6 @@ class DistributionalRegression:
         return np.asarray(self._vjp_function(theta, *cotangents, *batch)[0], dtype=float)
 
 
-def _affine_offset_and_jacobian(evaluate_points, d):
-    """(f(0), ∂f) of an affine f from R^d to (m, p) arrays: (m, p) and (m, p, d), from
-    ``evaluate_points`` at 0 and the d unit vectors ((d + 1, d) → (d + 1, m, p)).
-    """
-    values = evaluate_points(_zero_and_unit_vectors(d))
-    offset = values[0]
-    return offset, np.moveaxis(values[1:] - offset, 0, -1)
-
-
-def _zero_and_unit_vectors(d):
-    """0 and the d unit vectors of R^d, as rows (d + 1, d): the points η's Jacobian is read at."""
-    return np.vstack([np.zeros(d), np.eye(d)])
-
-
-class PointsFunction:
-    """Per-row ``graphs`` of ``inputs`` and the batch, evaluated at k points at once: one call of the
-    graphs vectorised over the points where PyTensor writes that without a Blockwise node
-    (:func:`_vectorised_function`), else one call per point (compiled on first need).
-
-    ``split_points`` maps k flat points (k, n) to one array per input, each (k, *shape).
-    """
-
-    def __init__(self, inputs, graphs, batch_inputs, split_points):
-        self._inputs, self._graphs, self._batch_inputs = list(inputs), list(graphs), list(batch_inputs)
-        self._split_points = split_points
-        self.vectorised = None  # the compiled function, or False where refused
-        self._single = None
-
-    def __call__(self, points, batch) -> list:
-        """One (k, m) array per graph."""
-        points = np.asarray(points, dtype=float)
-        shape = (points.shape[0], np.shape(batch[0])[0])
-        if self.vectorised is None:
-            self.vectorised = _vectorised_function(self._inputs, self._graphs, self._batch_inputs) or False
-        if self.vectorised is not False:
-            values = self.vectorised(*self._split_points(points), *batch)
-            if all(np.shape(v) == shape for v in values):
-                return [np.asarray(v, dtype=float) for v in values]
-            self.vectorised = False  # a graph not given per row: one call per point
-        if self._single is None:
-            self._single = compile_function([*self._inputs, *self._batch_inputs], self._graphs)
-        per_point = [self._single(*[a[0] for a in self._split_points(point[None])], *batch)
-                     for point in points]
-        return [np.stack([np.asarray(values[j], dtype=float) for values in per_point])
-                for j in range(len(self._graphs))]
-
-
-def _vectorised_function(inputs, graphs, batch_inputs):
-    """``graphs`` with a leading axis of k points on each of ``inputs``, compiled (inputs: the
-    batched ``inputs``, then ``batch_inputs``); None where PyTensor cannot vectorise them, or only
-    with a Blockwise node (a Python loop over the points).
-
-    Why: the set-up's Jacobian of an affine η takes η at d + 1 points per chunk of rows. One call
-    at all of them reads the chunk once and is one matrix product; d + 1 calls read it d + 1 times.
-
-    The function runs on PyTensor's Python linker wherever each of its elementwise ops has a NumPy
-    or SciPy array function (:func:`~pymc_subsample.model.compile.compile_numpy`; η is mostly
-    products with the data and sums, and f of the set-up's passes special functions with SciPy's
-    ufuncs): NumPy's matrix product and ufuncs over the (k, m) arrays take about what compiled code
-    takes, and nothing is compiled, where compiling a strided matrix product's kernel is a large
-    part of a first run's set-up.
-    """
-    # measured: at 10⁶ rows and d = 30, d + 1 calls made the Hessian pass 2.2 s (22 gradient
-    # passes); compiled, the product of the points with the transposed data was 9 of 34 s of Numba
-    # compilation in a first run's set-up of the linear zoo model
-    points = [pt.tensor(dtype=x.type.dtype, shape=(None, *x.type.shape), name=f"{x.name}_points")
-              for x in inputs]
-    # a pm.Deterministic on the way is a ViewOp, which PyTensor vectorises as a Blockwise: the value
-    # itself is what η needs
-    views = [node for node in applys_between(inputs, graphs) if isinstance(node.op, ViewOp)]
-    plain = graph_replace(list(graphs), {node.outputs[0]: node.inputs[0] for node in views}, strict=False)
-    try:
-        vectorised = vectorize_graph(plain, dict(zip(inputs, points, strict=True)))
-        function = compile_numpy([*points, *batch_inputs], vectorised)
-        if function is None:
-            function = compile_function([*points, *batch_inputs], vectorised)
-    except (NotImplementedError, TypeError, ValueError):
-        return None
-    return None if has_blockwise(function) else function
-
-
 def _row_logp(op, params, args, links, observed):
     """A univariate random variable's log-density at ``observed`` with its parameters ``args`` (η
     under ``links``, or constants): the family table's f where it has the op under these links
@@ -485,170 +385,3 @@ def _without_parameter_checks(graph):
     if not checks:
         return graph
     return graph_replace(graph, {node.outputs[0]: node.inputs[0] for node in checks}, strict=False)
-
-
-def could_be_distributional(model) -> bool:
-    """A cheap look (no graph is built): every observed variable is a univariate random variable
-    over the rows. :func:`distributional_regression` checks the rest.
-    """
-    return bool(model.observed_RVs) and all(_univariate_rows(rv) for rv in model.observed_RVs)
-
-
-def _univariate_rows(rv) -> bool:
-    univariate = is_univariate_random_variable(rv.owner.op) or point_mass_mixture(rv) is not None
-    return univariate and rv.type.ndim == 1
-
-
-def distributional_regression(tall) -> DistributionalRegression:
-    """The distributional-regression view of ``tall`` (module docstring), or a ValueError saying why not."""
-    model = tall.model
-    free = set(model.free_RVs)
-    terms, candidates = [], []  # candidates: (graph, links to try, written through) per free parameter
-    masks = []  # where data sets of different lengths are stacked, each observed variable's rows
-    for rv in model.observed_RVs:
-        if not _univariate_rows(rv):
-            raise ValueError(f"{rv.name!r} is not a univariate distribution over the rows")
-        stacked = None if tall.data_sets is None else tall.data_sets[rv.name]
-        own = (lambda graph: graph) if stacked is None else stacked.over_stacked_rows
-        mixture = point_mass_mixture(rv)
-        if mixture is None:
-            op, dist_params = rv.owner.op, rv.owner.op.dist_params(rv.owner)
-        else:  # the point's weight is 1 − w: w, then the component's parameters
-            weight, point, component = mixture
-            op = PointMassMixture(component.owner.op, point)
-            dist_params = [weight, *component.owner.op.dist_params(component.owner)]
-        params = []
-        for param in dist_params:
-            if free.isdisjoint(ancestors([param])):
-                params.append(own(param))  # data or a constant: kept as it is
-            else:
-                params.append(len(candidates))
-                candidates.append(_strip_link(own(model.replace_rvs_by_values([param])[0])))
-        terms.append((op, params, own(model.rvs_to_values[rv])))
-        if stacked is not None:
-            masks.append(stacked.mask)
-    constants = [p for _, params, _ in terms for p in params if not isinstance(p, int)]
-    graphs = tall.batch_graph([g for g, *_ in candidates] + constants + masks + [y for *_, y in terms])
-    n_free, n_const, n_masks = len(candidates), len(constants), len(masks)
-    rows = graphs[-1].shape  # every observed variable has the rows' length
-    raw = [pt.broadcast_to(g, rows) for g in graphs[:n_free]]
-    constant_rows = iter(graphs[n_free: n_free + n_const])
-    mask_rows = graphs[n_free + n_const: n_free + n_const + n_masks] or [None] * len(terms)
-    terms = [(op, [p if isinstance(p, int) else next(constant_rows) for p in params], y, mask)
-             for (op, params, _), y, mask in zip(terms, graphs[n_free + n_const + n_masks:], mask_rows,
-                                                 strict=True)]
-    # the link check runs on a few rows with PyTensor's Python linker: no kernel is compiled for a
-    # model that turns out not to be affine (a non-centred μ + σz: 9 modules, 2-4 s of a first run)
-    fn = compile_python([tall.theta, *tall.batch_inputs], raw)
-    phi = None
-    try:
-        links = _affine_links(tall, lambda theta, batch: fn(theta, *batch), tall.ndim, candidates)
-    except ValueError:
-        phi, links, raw = _affine_in_row_free(tall, raw, candidates)
-    forwards = [LINKS["identity" if written else link] for link, (_, _, written) in zip(links, candidates)]
-    eta_rows = [forward.forward(PYTENSOR, g) for forward, g in zip(forwards, raw)]
-    to_eta = [partial(forward.forward, NUMPY) for forward in forwards]
-    return DistributionalRegression(tall, terms, eta_rows, links, raw, to_eta, phi)
-
-
-def _affine_in_row_free(tall, raw, candidates):
-    """(φ, links, the parameters' graphs) where the parameters are not affine in θ but in the row-free
-    values φ(θ) they are computed from (:mod:`pymc_subsample.model.row_free`, e.g. a non-centred
-    ``μ + τ z[g]``), or a ValueError. The graphs returned are ``raw`` with row-free ops moved before
-    the gathers (:func:`~pymc_subsample.model.row_free.lift_row_free_into_gathers`), which φ's
-    pieces are variables of.
-    """
-    raw = lift_row_free_into_gathers(raw, tall.batch_inputs)
-    frontier = row_free_frontier(raw, tall.theta, tall.batch_inputs)
-    if not frontier:
-        raise ValueError("the parameters are not affine in θ and read no row-free value of θ")
-    phi = RowFreeParameters(tall.theta, tall.ndim, frontier)
-    phi.value(tall.initial_theta)  # the pieces' shapes
-    raw_phi = graph_replace(raw, dict(zip(frontier, phi.inputs, strict=True)), strict=False)
-    fn = compile_python([*phi.inputs, *tall.batch_inputs], raw_phi)
-    links = _affine_links(tall, lambda flat, batch: fn(*phi.split(flat), *batch), phi.size, candidates)
-    return phi, links, raw
-
-
-def _strip_link(param):
-    """(x, [link], True) when ``param`` is exp(x) or sigmoid(x) up to added axes (η = x exactly),
-    else (param, every link, False).
-    """
-    for link in LINKS.values():
-        x = None if link.written_as is None else elementwise_input(param, link.written_as,
-                                                                   through_dimshuffles=True)
-        if x is not None:
-            return x, [link.name], True
-    return param, list(LINKS), False
-
-
-def _affine_links(tall, evaluate, d, candidates, n_random=2):
-    """The first link of each candidate (its graph's values from ``evaluate(point, batch)``) under
-    which it is affine in the point (θ, or φ of :mod:`~pymc_subsample.model.row_free`; of length
-    ``d``), checked at ``n_random`` random points on a few rows; or a ValueError.
-    """
-    rng = np.random.default_rng(0)
-    batch = tall.gather(rng.choice(tall.n_rows, size=min(_CHECK_ROWS, tall.n_rows), replace=False))
-    thetas = np.vstack([np.zeros(d), np.eye(d), rng.normal(scale=2.0, size=(n_random, d))])
-    values = [[np.asarray(v, dtype=float) for v in evaluate(t.astype(tall.theta.dtype), batch)]
-              for t in thetas]
-    links = []
-    for j, (_, names, written) in enumerate(candidates):
-        for name in names:
-            forward = LINKS["identity" if written else name]  # written through: η is the graph
-            with np.errstate(all="ignore"):
-                eta = np.array([forward.forward(NUMPY, v[j]) for v in values])  # (d + 1 + n_random, m)
-            if not np.all(np.isfinite(eta)):
-                continue
-            expected = eta[0] + thetas[d + 1:] @ (eta[1: d + 1] - eta[0])
-            if np.allclose(eta[d + 1:], expected, rtol=1e-8, atol=1e-8):
-                links.append(name)
-                break
-        else:
-            raise ValueError(f"parameter {j} is not affine in θ under any of the links {names}")
-    return links
-
-
-def affine_view(tall) -> DistributionalRegression | None:
-    """:func:`distributional_regression` of ``tall``, or None where the model is not one (no error).
-
-    Cheap (one small compiled function of the parameters on a few rows), so a model such as a
-    non-centred ``μ + σ z[g]`` is turned away before any set-up function is compiled for the view.
-    """
-    if not could_be_distributional(tall.model):
-        return None
-    try:
-        return distributional_regression(tall)
-    except (ValueError, TypeError, NotImplementedError):  # not affine, unsupported graph
-        return None
-
-
-def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalRegression | None:
-    """``view`` when its f gives the model's own rows, else None (no error): Σ_k f(y_k, η_k) at
-    ``center`` and its change to ``n_checks`` points around it against the model's own Σ_k ℓ_k, on
-    a few rows. Values too, not only changes: the set-up's Σℓ_k(θ*) comes from f, and with it the
-    value of every estimate (HMC-ECS with all rows and an exact proxy is the model's own log
-    posterior, to the last digits).
-    """
-    tall = view.tall
-    rng = np.random.default_rng(0)
-    batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
-
-    def both(theta):
-        terms = view.row_terms(theta, batch, setup=True)
-        return tall.model_loglik_sum(theta, batch), float(np.sum(terms.value))
-
-    try:
-        model_center, f_center = both(center)
-        if not np.isclose(f_center, model_center, rtol=rtol, atol=rtol):
-            return None
-        for _ in range(n_checks):
-            model_sum, f_sum = both(center + rng.normal(scale=0.5, size=tall.ndim))
-            if not np.isclose(f_sum - f_center, model_sum - model_center, rtol=rtol,
-                              atol=rtol * (1.0 + abs(model_sum))):
-                return None
-    # e.g. f without a second derivative; or η computing a length-N array the model's rows had
-    # folded into row data (``pt.arange(N)``): AssertionError of a SpecifyShape, a ValueError of shapes
-    except (ValueError, TypeError, NotImplementedError, AssertionError, IndexError):
-        return None
-    return view

@@ -35,8 +35,8 @@ from pymc_subsample.model.compile import (
     has_blockwise,
 )
 from pymc_subsample.model.differences import VECTORISED_MIN_D, central_hessian, vectorised_gradient
-from pymc_subsample.model.distributional import affine_view, view_matching_rows
 from pymc_subsample.model.op_patterns import constant_slice, is_advanced_indexing
+from pymc_subsample.model.regression_view import affine_view, view_matching_rows
 from pymc_subsample.model.rows import (
     find_row_leaves,
     find_size_constants,
