@@ -33,7 +33,7 @@ from estimator import best_time  # noqa: E402
 from zoo import ZOO, build  # noqa: E402
 
 import pymc_subsample as pms  # noqa: E402
-from pymc_subsample.model.tall import forget_kept_analyses  # noqa: E402
+from pymc_subsample.model.kept import forget_kept_analyses  # noqa: E402
 
 warnings.filterwarnings("ignore")
 SMALL = 20_000

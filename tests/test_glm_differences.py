@@ -226,9 +226,9 @@ def test_a_failed_check_keeps_the_hessian_vector_products(monkeypatch):
 def test_past_the_row_limit_a_glm_keeps_the_products_and_its_eta_estimator(monkeypatch):
     """Above ETA_HESSIAN_MAX_ROWS (none by default) the set-up Hessians come from the products,
     while the estimator still uses the GLM view."""
-    import pymc_subsample.model.tall as tall_module
+    import pymc_subsample.model.views as views_module
 
-    monkeypatch.setattr(tall_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
+    monkeypatch.setattr(views_module, "ETA_HESSIAN_MAX_ROWS", 1_000)
     tall = TallModel(build("logistic", 2_000))
     assert tall.regression_view is not None and not tall.uses_eta_sums()
     assert SubsampledTarget(tall, tall.initial_theta).glm is tall.regression_view

@@ -171,7 +171,7 @@ def test_the_initial_point_is_pymcs():
     """TallModel's initial point is ``model.initial_point()`` (transformed names, values, dtypes),
     by each variable's own strategy (a user's initval included); a strategy that draws random
     numbers draws again at each call."""
-    from pymc_subsample.model.tall import model_initial_point
+    from pymc_subsample.model.analysis import model_initial_point
 
     rng = np.random.default_rng(0)
     with pm.Model(coords={"group": range(4)}) as model:
@@ -298,13 +298,13 @@ def test_the_kept_analysis_keeps_no_model_alive():
     import gc
     import weakref
 
-    from pymc_subsample.model import tall as tall_module
+    from pymc_subsample.model.kept import KEPT
 
     model = _small_regression(40, np.random.default_rng(2))
     tall = TallModel(model)
-    assert tall.regression_view is not None  # a view, built on the kept template
+    assert tall.regression_view is not None  # a view, kept with the analysis
     alive = weakref.ref(model)
-    assert model in tall_module._TEMPLATES
+    assert model in KEPT
     del model, tall
     gc.collect()
     assert alive() is None, "a model was kept alive by the kept analysis"
@@ -320,7 +320,7 @@ def test_a_tall_model_unpickled_in_another_process_finds_its_views():
     model = _small_regression(50, rng)
     tall = TallModel(model)
     clone = cloudpickle.loads(cloudpickle.dumps(tall))
-    assert clone._template.model is None and clone.model is not None
+    assert clone._analysis.views.base.model is None and clone.model is not None
     theta = np.array([0.2, -0.4])
     rows = np.arange(50)
     got = clone.loglik_sum_value_and_grad(theta, clone.gather(rows))

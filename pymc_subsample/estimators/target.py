@@ -38,11 +38,12 @@ from pymc_subsample.control_variates.taylor import (
 )
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
+from pymc_subsample.model.analysis import directional_derivative
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
 from pymc_subsample.model.distributional import NUMPY_TERMS_MIN_ROWS, RowTerms
+from pymc_subsample.model.graph_view import batch_length
 from pymc_subsample.model.op_patterns import matrix_vector_products_as_sums
-from pymc_subsample.model.tall import batch_length, directional_derivative
 
 __all__ = ["KEPT_TERMS_MAX_VALUES", "SubsampledTarget"]
 
