@@ -311,9 +311,9 @@ def test_the_kept_analysis_keeps_no_model_alive():
 
 
 def test_a_tall_model_unpickled_in_another_process_finds_its_views():
-    """A TallModel shipped to another process (cloudpickled, as PyMC and Dask do: its template's
-    weak reference to the model stays behind) finds the views it had not found yet, and gives the
-    same sums."""
+    """A TallModel shipped to another process (cloudpickled, as PyMC and Dask do: the weak
+    reference to the model of the TallModel its views are built on stays behind) finds the views
+    it had not found yet, and gives the same sums."""
     import cloudpickle
 
     rng = np.random.default_rng(6)

@@ -308,6 +308,7 @@ class TallModel:
 
     @property
     def initial_theta(self) -> np.ndarray:
+        """The initial point as θ."""
         return self.point_to_theta(self.initial_point)
 
 
