@@ -397,7 +397,7 @@ def test_a_second_target_of_the_model_takes_the_first_ones_function(logistic_set
     theta = center + rng.normal(scale=0.2, size=3)
     again_sub = Subsample.gather(again, sub.idx)
     value, _, sigma2 = second.perturbed(theta, again_sub.batch)
-    assert second._functions["perturbed"] is first._functions["perturbed"]
+    assert second.functions.current["perturbed"] is first.functions.current["perturbed"]
     value_np, sigma2_np = perturbed_value(second, again_sub, theta)
     assert value == pytest.approx(value_np + again.prior_value_and_grad(theta)[0], rel=1e-12)
     assert sigma2 == pytest.approx(sigma2_np, rel=1e-10)

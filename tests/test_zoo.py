@@ -71,7 +71,7 @@ def test_zoo_rows_gradients_and_no_blockwise(name):
     # run-time length check of the batch's inputs (an Assert or SpecifyShape per input, each a Numba
     # kernel of its own on a cold cache): the kernels check their inputs' lengths themselves
     target.differences(theta, batch)
-    for key, fn in target._functions.items():
+    for key, fn in target.functions.current.items():
         nodes = fn.maker.fgraph.apply_nodes
         blockwise = [node for node in nodes if isinstance(node.op, Blockwise)]
         assert not blockwise, (key, blockwise[:3])

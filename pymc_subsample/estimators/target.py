@@ -40,8 +40,9 @@ from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.analysis import directional_derivative
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, current_mode
+from pymc_subsample.model.compile import SLOW_REWRITES, compile_function
 from pymc_subsample.model.distributional import NUMPY_TERMS_MIN_ROWS, RowTerms
+from pymc_subsample.model.functions import CompiledFunctions
 from pymc_subsample.model.graph_view import batch_length
 from pymc_subsample.model.op_patterns import matrix_vector_products_as_sums
 
@@ -74,7 +75,8 @@ class SubsampledTarget:
         self._chunk_size = chunk_size
         self.center = self.proxy.center
         self.order = self.proxy.order
-        self._functions_by_mode = {}
+        #: the functions this target calls, by :meth:`_compile`'s key, per compile mode
+        self.functions = CompiledFunctions()
         self._precision = None
         #: whether :meth:`laplace_precision` is the identity it falls back to (no Laplace precision)
         self.laplace_fallback = False
@@ -125,39 +127,31 @@ class SubsampledTarget:
         q = graph_replace(q, {direction: tall.theta - center}, strict=False)
         return tall.batch_loglik - q
 
-    @property
-    def _functions(self) -> dict:
-        return self._functions_by_mode.setdefault(current_mode(), {})
-
-    def compiled_functions(self) -> list:
-        """The functions this target has compiled, in every mode."""
-        return [f for functions in self._functions_by_mode.values() for f in functions.values()]
-
     def _compile(self, key, build):
         """The function ``key``: ``build(at_center) -> (its other inputs, derive)``, where ``derive()``
         builds its outputs, called only when no TallModel of the same graph has the function yet.
         """
-        if key not in self._functions:
-            kind = "eta" if self.glm is not None else "generic"
-            recipe = f"SubsampledTarget.{key}, {kind} graph, order {self.order}, N {self.n_rows}"
+        def compiled():
+            at_center = self._center_variables()
+            extra, derive = build(at_center)
+            flat = at_center.flat() if self.glm is not None else [at_center]
+            outputs = derive()
+            many = isinstance(outputs, (list, tuple))
+            # X @ β and its gradient's products as fused sums: no Numba kernel of their own
+            outputs = matrix_vector_products_as_sums(outputs if many else [outputs])
+            return compile_function(self._inputs(flat, *extra), outputs if many else outputs[0],
+                                    exclude=SLOW_REWRITES)
+
+        def shared():
             # kept with the tall model's functions too, which a TallModel of the same model graph
             # shares (TallModel: the kept analysis): a second set-up then builds and compiles no
-            # graph. Every input is a variable (θ, the batch, the terms at θ*, Σq's values), so the function
-            # fits any target of the same rows, kind, order and Σq's place
-            def compiled():
-                at_center = self._center_variables()
-                extra, derive = build(at_center)
-                flat = at_center.flat() if self.glm is not None else [at_center]
-                outputs = derive()
-                many = isinstance(outputs, (list, tuple))
-                # X @ β and its gradient's products as fused sums: no Numba kernel of their own
-                outputs = matrix_vector_products_as_sums(outputs if many else [outputs])
-                return compile_function(self._inputs(flat, *extra), outputs if many else outputs[0],
-                                        exclude=SLOW_REWRITES)
+            # graph. Every input is a variable (θ, the batch, the terms at θ*, Σq's values), so the
+            # function fits any target of the same rows, kind, order and Σq's place
+            kind = "eta" if self.glm is not None else "generic"
+            recipe = f"SubsampledTarget.{key}, {kind} graph, order {self.order}, N {self.n_rows}"
+            return self.tall.kept_function(("SubsampledTarget", recipe, self.proxy.sum_in_graph), compiled)
 
-            shared_key = ("SubsampledTarget", recipe, self.proxy.sum_in_graph)
-            self._functions[key] = self.tall.kept_function(shared_key, compiled)
-        return self._functions[key]
+        return self.functions.kept(key, shared)
 
     def _rows(self):
         """The batch's number of rows as a graph: every batch input has its rows on the first axis
