@@ -22,7 +22,7 @@ from pymc_subsample.diagnostics.iss_checks import (
     laplace_discrepancy,
 )
 from pymc_subsample.diagnostics.run_checks import RunMonitor
-from pymc_subsample.kernels import iss as K
+from pymc_subsample.kernels import iss_subset
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.step_methods.iss import ISS
 
@@ -102,13 +102,13 @@ def gaussian_w2(draws, mean, sd):
 
 # ---------------------------------------------------------------- kernels
 def test_subset_size_and_swap_size_rules():
-    assert K.resolve_subset_size("sqrt", 10_000) == 100
-    assert K.resolve_subset_size("sqrt", 1_000_000) == 1000
-    assert K.resolve_swap_size(None, 100, 10_000) == 1
-    assert K.resolve_swap_size(None, 1000, 10**6) == 1  # one row: the largest ε per refresh rate
-    assert K.resolve_swap_size(None, 50, 50) == 0  # n = N: nothing to swap
-    assert K.resolve_swap_size(None, 299, 300) == 1
-    assert K.resolve_swap_size(10, 1000, 10**6) == 10
+    assert iss_subset.resolve_subset_size("sqrt", 10_000) == 100
+    assert iss_subset.resolve_subset_size("sqrt", 1_000_000) == 1000
+    assert iss_subset.resolve_swap_size(None, 100, 10_000) == 1
+    assert iss_subset.resolve_swap_size(None, 1000, 10**6) == 1  # one row: the largest ε per refresh rate
+    assert iss_subset.resolve_swap_size(None, 50, 50) == 0  # n = N: nothing to swap
+    assert iss_subset.resolve_swap_size(None, 299, 300) == 1
+    assert iss_subset.resolve_swap_size(10, 1000, 10**6) == 10
 
 
 def test_propose_swap_stays_outside_and_distinct():
@@ -118,7 +118,7 @@ def test_propose_swap_stays_outside_and_distinct():
     member = np.zeros(N, bool)
     member[subset] = True
     for _ in range(200):
-        pos, rows = K.propose_swap(rng, member, n, 5)
+        pos, rows = iss_subset.propose_swap(rng, member, n, 5)
         assert len(set(pos)) == 5 and len(set(rows)) == 5
         assert not member[rows].any() and pos.min() >= 0 and pos.max() < n
 
@@ -129,9 +129,9 @@ def test_stationary_refresh_signal_is_unbiased_on_a_toy_chain():
     eps, x, acc, sig = 0.3, 0, [], []
     for _ in range(100_000):
         y = x + rng.choice([-1, 1])
-        la = K.subset_log_accept(eps, x * x, y * y)
+        la = iss_subset.subset_log_accept(eps, x * x, y * y)
         prob = min(1.0, np.exp(la))
-        sig.append(K.stationary_refresh_signal(prob, x * x, y * y))
+        sig.append(iss_subset.stationary_refresh_signal(prob, x * x, y * y))
         a = rng.random() < prob
         acc.append(a)
         x = y if a else x
@@ -277,7 +277,8 @@ def _swap_into(step, monkeypatch, start, position, row):
     member = np.zeros(tall.n_rows, dtype=bool)
     member[subset] = True
     state = update.summarised(subset, member, tall.gather(subset))
-    monkeypatch.setattr(K, "propose_swap", lambda rng, member, n, r: (np.array([position]), np.array([row])))
+    monkeypatch.setattr(iss_subset, "propose_swap",
+                        lambda rng, member, n, r: (np.array([position]), np.array([row])))
     state, info = update.step(step.rng, state, 0.0)
     assert info.accepted and info.n_loglik_evals >= 2 * step.n  # S(Y_U) costs ≥ 2 passes over the n rows
     return state

@@ -28,6 +28,7 @@ from pymc_subsample.diagnostics.iss_checks import (
 )
 from pymc_subsample.diagnostics.progress import StatColumn
 from pymc_subsample.kernels import iss as K
+from pymc_subsample.kernels.iss_subset import SubsetUpdate, resolve_subset_size, resolve_swap_size
 from pymc_subsample.kernels.iss_theta import ThetaUpdate, check_inner, check_theta_settings, laplace_chol
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.pymc_protocol import step_state
@@ -76,7 +77,7 @@ class ISS(SubsampleStep):
         NUTS and sds far too wide, where "map" with swap 1 keeps both close to NUTS's, for
         more time per iteration (benchmarks/README.md).
     swap_size : int, optional
-        Rows exchanged per subset proposal; default 1 (see ``kernels.iss.resolve_swap_size``:
+        Rows exchanged per subset proposal; default 1 (see ``kernels.iss_subset.resolve_swap_size``:
         at a given refresh rate a swap of r rows lets ε be only ~1/r as large, and widens
         the θ-marginal accordingly).
     inner : {"mh", "hmc", "nuts"}
@@ -194,15 +195,15 @@ class ISS(SubsampleStep):
         self.summary = make_summary(summary, self.tall, chunk_size=chunk_size,
                                     full_map=self.target.center, full_hessian=-precision)
         self.kernel = K.ISSKernel(
-            K.SubsetUpdate(self.summary, self.tall.gather, self.swap_size),
+            SubsetUpdate(self.summary, self.tall.gather, self.swap_size),
             ThetaUpdate(inner, laplace_chol(precision), n_leapfrog, float(target_accept)),
             self.epsilon, self.target_refresh)
         self.reset_tuning()
 
     def check_arguments(self, n_rows):
         subset_size, swap_size, _ = self._requested
-        self.n = K.resolve_subset_size(subset_size, n_rows)
-        self.swap_size = K.resolve_swap_size(swap_size, self.n, n_rows)
+        self.n = resolve_subset_size(subset_size, n_rows)
+        self.swap_size = resolve_swap_size(swap_size, self.n, n_rows)
 
     def check_model(self, tall):
         summary = self._requested[2]
