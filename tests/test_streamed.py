@@ -10,7 +10,8 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.model import chunks
 from pymc_subsample.model.chunks import chunked_sum
-from pymc_subsample.model.sources import ZarrChunkRows, as_row_source
+from pymc_subsample.model.file_rows import ZarrChunkRows
+from pymc_subsample.model.sources import as_row_source
 from pymc_subsample.model.tall import TallModel
 
 zarr = pytest.importorskip("zarr", reason="zarr is in the test extra: pip install -e '.[test]'")

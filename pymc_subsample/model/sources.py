@@ -10,10 +10,10 @@ with ``shape``, ``dtype`` and slicing, and offers the two reads a tall model nee
   new rows) reads few chunks. ``.npy`` files and memmaps are read row by row (runs of
   consecutive rows in one read): a random row costs one page read, and the operating system's
   page cache is their chunk cache. So are uncompressed zarr arrays in a local store
-  (:class:`ZarrChunkRows`): a row sits at a known offset of its chunk's file, so it is read
-  alone, where zarr itself would decode the whole chunk for every read, at a cost per iteration
-  that grows with the array. Compressed chunks must be decoded whole; they go through zarr and the
-  chunk cache.
+  (:mod:`~pymc_subsample.model.file_rows`): a row sits at a known offset of its chunk's file, so
+  it is read alone, where zarr itself would decode the whole chunk for every read, at a cost per
+  iteration that grows with the array. Compressed chunks must be decoded whole; they go through
+  zarr and the chunk cache.
 
 Nothing ever loads the N rows. A source pickles by reference (path, store), never by value, so
 that full passes can be shipped to Dask workers.
@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RowSource", "ZarrChunkRows", "as_row_source"]
+from pymc_subsample.model.file_rows import NpyRows, ZarrChunkRows, direct_if_possible
+
+__all__ = ["RowSource", "as_row_source"]
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 #: kinds read row by row without a chunk cache (random access costs a page read)
@@ -186,7 +188,7 @@ def as_row_source(source, name, *, chunk_rows=None, cache_bytes=DEFAULT_CACHE_BY
     if isinstance(source, (str, os.PathLike)):
         source = _open_path(Path(source), name)
     elif _kind(source) == "zarr":
-        source = _direct_if_possible(source)
+        source = direct_if_possible(source)
     kind, boundaries, description = _describe(source, name, chunk_rows)
     if not (np.issubdtype(np.dtype(source.dtype), np.number) or np.dtype(source.dtype) == bool):
         raise TypeError(
@@ -212,7 +214,7 @@ def _open_path(path, name):
         raise ImportError(
             f"Reading {str(path)!r} as a zarr store needs zarr: pip install 'pymc_subsample[scale]'."
         ) from err
-    return _direct_if_possible(zarr.open_array(str(path), mode="r"))
+    return direct_if_possible(zarr.open_array(str(path), mode="r"))
 
 
 def _describe(source, name, chunk_rows):
@@ -255,148 +257,3 @@ def _kind(source) -> str:
         f"Cannot read rows from a {type(source).__name__}; pms.Data takes a .npy path, a zarr store "
         "path or array, a NumPy memmap, a Dask array, or an array-like with shape, dtype and slicing."
     )
-
-
-class NpyRows:
-    """Rows of a C-ordered ``.npy`` file read with ``os.pread``, not mapped into memory.
-
-    A memmap would do the same reads, but every page a full pass touches stays mapped and counts
-    towards the process's resident memory (the whole file after one pass); ``pread`` copies only
-    what is asked for. Runs of consecutive rows are read in one call.
-    """
-
-    def __init__(self, path):
-        self.filename = str(path)
-        with open(self.filename, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                      else np.lib.format.read_array_header_2_0)
-            shape, fortran, dtype = reader(f)
-            self.offset = f.tell()
-        if fortran and len(shape) > 1:
-            raise ValueError(f"{self.filename!r} is stored in Fortran order; save it C-ordered "
-                             "(np.save(path, np.ascontiguousarray(a))) so that rows are contiguous.")
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * self.dtype.itemsize
-        self._fd = None
-
-    def _read(self, start, count) -> np.ndarray:
-        if self._fd is None:
-            self._fd = os.open(self.filename, os.O_RDONLY)
-        buf = os.pread(self._fd, count * self.row_bytes, self.offset + start * self.row_bytes)
-        return np.frombuffer(buf, dtype=self.dtype).reshape((count, *self.shape[1:]))
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            start, stop, _ = key.indices(self.shape[0])
-            return self._read(start, max(stop - start, 0))
-        idx = np.asarray(key, dtype=np.int64)  # sorted, unique (RowSource.take)
-        if idx.size == 0:
-            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
-        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
-        return np.concatenate([self._read(int(run[0]), run.size) for run in np.split(idx, breaks)])
-
-    def __getstate__(self):
-        return dict(self.__dict__, _fd=None)
-
-    def __del__(self):
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
-
-
-def _direct_if_possible(array):
-    """``array`` as :class:`ZarrChunkRows` when its rows can be read alone, else unchanged."""
-    # measured: zarr's own read decoded the whole chunk, ~0.6 ms a call in zarr-python 3, which made
-    # an HMC-ECS iteration 6.8× slower at 10⁸ rows than at 10⁵
-    return ZarrChunkRows(array) if ZarrChunkRows.supports(array) else array
-
-
-class ZarrChunkRows:
-    """Rows of an uncompressed zarr array in a local directory store, read with ``os.pread``.
-
-    Such a chunk's file is the C-ordered bytes of the chunk (edge chunks padded to full size), so
-    row r of chunk k = r // C sits at byte (r − kC)·row_bytes of the file zarr names for chunk
-    (k, 0, …). Only arrays chunked along the rows alone, little-endian or single-byte numbers,
-    with no compressor, filter or sharding, qualify (:meth:`supports`); a chunk file that was
-    never written holds the fill value. Open files are kept in a small LRU.
-    """
-
-    MAX_OPEN_FILES = 64
-
-    def __init__(self, array):
-        self.zarr_array = array
-        self.shape = tuple(int(n) for n in array.shape)
-        self.dtype = np.dtype(array.dtype)
-        self.chunks = tuple(int(c) for c in array.chunks)
-        self.store = array.store
-        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
-        self._fill = array.metadata.fill_value
-        self._root = Path(str(array.store.root))
-        self._files = OrderedDict()
-
-    @staticmethod
-    def supports(array) -> bool:
-        try:
-            metadata = array.metadata
-            serializer = getattr(array, "serializer", None)
-            uncompressed = (len(array.compressors) == 0 and len(array.filters) == 0
-                            and (type(serializer).__name__ == "BytesCodec" if metadata.zarr_format == 3
-                                 else serializer is None and getattr(metadata, "order", "C") == "C"))
-            little = np.dtype(array.dtype).byteorder in "<|" or (
-                np.dtype(array.dtype).byteorder == "=" and np.little_endian)
-            if metadata.zarr_format == 3:
-                little = little and str(getattr(serializer, "endian", "little")).endswith("little")
-            return bool(type(array.store).__name__ == "LocalStore" and uncompressed and little
-                        and tuple(array.chunks[1:]) == tuple(array.shape[1:])
-                        and np.dtype(array.dtype).kind in "biuf")
-        except (AttributeError, TypeError, ValueError):  # another zarr layout: read through zarr
-            return False
-
-    def _chunk_file(self, k):
-        if k in self._files:
-            self._files.move_to_end(k)
-            return self._files[k]
-        key = self.zarr_array.metadata.encode_chunk_key((k,) + (0,) * (len(self.shape) - 1))
-        path = self._root / self.zarr_array.path / key if self.zarr_array.path else self._root / key
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            fd = None  # never written: the fill value
-        self._files[k] = fd
-        while len(self._files) > self.MAX_OPEN_FILES:
-            old = self._files.popitem(last=False)[1]
-            if old is not None:
-                os.close(old)
-        return fd
-
-    def _read(self, start, count) -> np.ndarray:
-        """``count`` rows from row ``start``, all in one chunk."""
-        k, offset = divmod(start, self.chunks[0])
-        fd = self._chunk_file(k)
-        if fd is None:
-            return np.full((count, *self.shape[1:]), self._fill, dtype=self.dtype)
-        buf = os.pread(fd, count * self.row_bytes, offset * self.row_bytes)
-        return np.frombuffer(buf, dtype=self.dtype).reshape((count, *self.shape[1:]))
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            start, stop, _ = key.indices(self.shape[0])
-            size = self.chunks[0]
-            edges = [start, *range((start // size + 1) * size, stop, size), stop]
-            parts = [self._read(a, b - a) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-            if not parts:
-                return np.empty((0, *self.shape[1:]), dtype=self.dtype)
-            return np.concatenate(parts) if len(parts) > 1 else parts[0]
-        idx = np.asarray(key, dtype=np.int64)  # sorted, unique (RowSource.take)
-        if idx.size == 0:
-            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
-        breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(idx // self.chunks[0]) != 0)) + 1
-        return np.concatenate([self._read(int(run[0]), run.size) for run in np.split(idx, breaks)])
-
-    def __getstate__(self):
-        return dict(self.__dict__, _files=OrderedDict())
-
-    def __del__(self):
-        for fd in getattr(self, "_files", {}).values():
-            if fd is not None:
-                os.close(fd)
