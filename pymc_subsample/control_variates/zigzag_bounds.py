@@ -14,13 +14,42 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pymc_subsample.families import GLM_FAMILIES
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.glm import observed_family
 
-__all__ = ["ROW_CHOICES", "RowConstants", "glm_row_constants", "glm_row_sampler", "lipschitz_row_weights",
-           "quadratic_prior", "row_lipschitz_maxima"]
+__all__ = ["ROW_CHOICES", "SUPPORTED", "RowConstants", "check_family", "glm_row_constants", "glm_row_sampler",
+           "lipschitz_row_weights", "quadratic_prior", "row_lipschitz_maxima"]
 
 #: how ZigZag draws the row of each candidate switch
 ROW_CHOICES = ("lipschitz", "uniform")
+#: the models whose rows have a thinning bound, as ZigZag's messages name them
+SUPPORTED = (
+    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)) or pm.Normal(mu=η, sigma=a known "
+    "number) with η affine in the free variables (e.g. X @ beta + a), and Normal, MvNormal or flat "
+    "priors (logistic and linear regression)"
+)
+POISSON_LIMITATION = (
+    "Poisson regression (pm.Poisson(mu=pm.math.exp(η))) is not supported yet: the curvature e^η of "
+    "its rows is unbounded, so no thinning bound holds along every segment"
+)
+
+
+def check_family(model):
+    """Refuse a likelihood without a Zig-Zag rate bound before any set-up: a look at the observed
+    distribution only (the link and the affinity of η are the GLM view's checks).
+    """
+    observed = model.observed_RVs
+    if len(observed) != 1:
+        raise ValueError(f"ZigZag supports {SUPPORTED}; this model has {len(observed)} observed variables.")
+    family = observed_family(model)
+    if family == "poisson_log":
+        raise ValueError(f"{POISSON_LIMITATION}. ZigZag supports {SUPPORTED}. For Poisson regression use "
+                         "pms.HMCECS or pms.SubsampleMH.")
+    if family is None or GLM_FAMILIES[family].score is None:
+        raise ValueError(f"ZigZag supports {SUPPORTED}; observed variable {observed[0].name!r} has "
+                         f"distribution {type(observed[0].owner.op).__name__}. Use pms.HMCECS or "
+                         "pms.SubsampleMH.")
 
 
 def lipschitz_row_weights(jac, inv_r):

@@ -56,26 +56,38 @@ earliest K-th time, a stopping time of the candidate process at which it restart
 estimates are evaluated in vectorised chunks of 8, 16, 32, … until the first switch. Candidates
 after the first switch are discarded unused (their randomness is independent of the path), so
 this is the sequential algorithm, with fewer Python iterations.
+
+**Shape** (BlackJAX's). :func:`init` gives a :class:`ZigZagState` (θ, v and the rows drawn ahead)
+and :func:`step` ``(rng, state, horizon, process, draw) -> (state, ZigZagInfo)`` runs the process
+for a time ``horizon``; :class:`ZigZagCV` holds the constants of the rates and of the bound, and
+``draw`` is the row sampler.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 __all__ = [
-    "ZigZagCounts",
-    "ZigZagCV",
     "RowStream",
+    "ZigZagCV",
+    "ZigZagCounts",
+    "ZigZagInfo",
+    "ZigZagState",
     "first_arrival_times",
+    "first_chunk_size",
+    "init",
     "initial_horizon",
     "random_velocity",
+    "step",
     "tuned_horizon",
 ]
 
 CANDIDATES_PER_COORDINATE = 64  # K: candidate times drawn per coordinate at a segment start
 FIRST_CHUNK = 8  # candidates evaluated in the first chunk of a segment (then doubling)
+MAX_FIRST_CHUNK = 1024  # candidates evaluated at once at most, whatever the thinning efficiency
 EXCEED_RTOL = 1e-9  # rounding slack of the bound check
 
 
@@ -128,17 +140,6 @@ class RowStream:
         if len(parts) == 1:
             return parts[0]
         return tuple(np.concatenate(p) for p in zip(*parts))
-
-
-@dataclass
-class ZigZagCounts:
-    """What one call of :meth:`ZigZagCV.advance` did."""
-
-    switches: int = 0
-    proposed: int = 0  # candidates on the path (those up to and including each switch)
-    rows: int = 0  # rows evaluated (≥ proposed: the last chunk of a segment may overshoot)
-    bound_exceeded: int = 0  # candidates on the path whose estimate exceeded the bound
-    time: float = 0.0
 
 
 @dataclass
@@ -227,49 +228,132 @@ class ZigZagCV:
         return exact[coords] + slope[coords] * times - data
 
     def advance(self, theta, v, horizon, rng, rows, draw, counts=None, first_chunk=FIRST_CHUNK):
-        """Run the process for time ``horizon`` from (θ, v); return (θ, v, counts).
-
-        ``rows`` is a :class:`RowStream`, ``draw`` its refill function, ``rng`` a NumPy
-        Generator. ``first_chunk`` candidates are evaluated first in each segment (then twice
-        as many each time): about the candidates per switch keeps both the Python iterations
-        and the rows evaluated past a switch small.
+        """:func:`step` from (θ, v) with the rows ahead ``rows``; returns (θ, v, counts), the step's
+        :class:`ZigZagInfo` added to ``counts`` (a fresh :class:`ZigZagCounts` when None).
         """
-        theta = np.array(theta, dtype=float)
-        v = np.array(v, dtype=float)
+        state, info = step(rng, ZigZagState(theta, v, rows), horizon, self, draw, first_chunk)
         counts = ZigZagCounts() if counts is None else counts
-        left = float(horizon)
-        shape = (CANDIDATES_PER_COORDINATE, theta.size)
-        first_chunk = max(1, int(first_chunk))
-        while left > 0:
-            exact, slope, alpha, beta = self.segment(theta, v)
-            times = first_arrival_times(alpha, beta, np.cumsum(rng.standard_exponential(shape), axis=0))
-            complete = min(float(times[-1].min()), left)  # every candidate before it is known
-            js, ts = _sorted_candidates(times, complete)
-            hit, start, size = None, 0, first_chunk
-            while start < len(ts) and hit is None:
-                j, t = js[start : start + size], ts[start : start + size]
-                jac, y, eta_c, inv_w = rows.take(len(t), draw, rng)
-                rate = self.estimates(theta, v, t, j, jac, y, eta_c, inv_w, exact, slope)
-                bound = alpha[j] + beta[j] * t
-                switch = rng.random(len(t)) * bound < rate  # probability max(0, rate)/bound
-                first = int(np.argmax(switch)) if switch.any() else len(t)
-                on_path = min(first + 1, len(t))
-                counts.rows += len(t)
-                counts.proposed += on_path
-                counts.bound_exceeded += int(np.count_nonzero(
-                    rate[:on_path] > bound[:on_path] * (1.0 + EXCEED_RTOL) + EXCEED_RTOL))
-                if first < len(t):
-                    hit = (int(j[first]), float(t[first]))
-                start += size
-                size *= 2
-            step = complete if hit is None else hit[1]
-            theta += step * v
-            left -= step
-            counts.time += step
-            if hit is not None:
-                v[hit[0]] = -v[hit[0]]
-                counts.switches += 1
-        return theta, v, counts
+        counts.add(info)
+        return state.theta, state.velocity, counts
+
+
+class ZigZagState(NamedTuple):
+    """The process at one time: position θ (d,), velocity v ∈ {−1, +1}^d and the rows drawn ahead.
+
+    ``rows`` is a buffer that :func:`step` reads in place: the rows are drawn independently of the
+    path, so a buffer passed from state to state gives the rows one drawn afresh would.
+    """
+
+    theta: np.ndarray
+    velocity: np.ndarray
+    rows: RowStream
+
+
+class ZigZagInfo(NamedTuple):
+    """What one :func:`step` did."""
+
+    switches: int
+    proposed: int  # candidates on the path (those up to and including each switch)
+    rows: int  # rows evaluated (≥ proposed: the last chunk of a segment may overshoot)
+    bound_exceeded: int  # candidates on the path whose estimate exceeded the bound
+    time: float
+
+
+@dataclass
+class ZigZagCounts:
+    """Totals of :class:`ZigZagInfo` over steps."""
+
+    switches: int = 0
+    proposed: int = 0
+    rows: int = 0
+    bound_exceeded: int = 0
+    time: float = 0.0
+
+    def add(self, info: ZigZagInfo):
+        for name, value in info._asdict().items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+def init(theta, rng, row_batch=4096) -> ZigZagState:
+    """The process at θ with a uniform velocity (one uniform of ``rng`` per coordinate), no rows drawn.
+
+    ``row_batch`` rows are drawn at once each time the buffer runs out (:class:`RowStream`).
+    """
+    theta = np.array(theta, dtype=float)
+    return ZigZagState(theta, random_velocity(rng, theta.size), RowStream(batch=row_batch))
+
+
+def step(rng, state: ZigZagState, horizon, process: ZigZagCV, draw, first_chunk=FIRST_CHUNK
+         ) -> tuple[ZigZagState, ZigZagInfo]:
+    """Run the process for time ``horizon`` from ``state`` (module docstring, "Simulation").
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Draws the candidate times, the rows (through ``draw``) and the thinning uniforms.
+    state : ZigZagState
+    horizon : float
+    process : ZigZagCV
+        The rates' and the bound's constants.
+    draw : callable
+        ``draw(rng, size) -> (jac (size, d), y (size,), eta_center (size,), inv_weight (size,))``, the
+        row sampler that refills ``state.rows``.
+    first_chunk : int
+        Candidates evaluated first in each segment (then twice as many each time): about the
+        candidates per switch (:func:`first_chunk_size`) keeps both the Python iterations and the
+        rows evaluated past a switch small.
+
+    Returns
+    -------
+    state : ZigZagState
+        At time ``horizon``.
+    info : ZigZagInfo
+    """
+    theta = np.array(state.theta, dtype=float)
+    v = np.array(state.velocity, dtype=float)
+    switches = proposed = rows_read = exceeded = 0
+    elapsed, left = 0.0, float(horizon)
+    shape = (CANDIDATES_PER_COORDINATE, theta.size)
+    first_chunk = max(1, int(first_chunk))
+    while left > 0:
+        exact, slope, alpha, beta = process.segment(theta, v)
+        times = first_arrival_times(alpha, beta, np.cumsum(rng.standard_exponential(shape), axis=0))
+        complete = min(float(times[-1].min()), left)  # every candidate before it is known
+        js, ts = _sorted_candidates(times, complete)
+        hit, start, size = None, 0, first_chunk
+        while start < len(ts) and hit is None:
+            j, t = js[start : start + size], ts[start : start + size]
+            jac, y, eta_c, inv_w = state.rows.take(len(t), draw, rng)
+            rate = process.estimates(theta, v, t, j, jac, y, eta_c, inv_w, exact, slope)
+            bound = alpha[j] + beta[j] * t
+            switch = rng.random(len(t)) * bound < rate  # probability max(0, rate)/bound
+            first = int(np.argmax(switch)) if switch.any() else len(t)
+            on_path = min(first + 1, len(t))
+            rows_read += len(t)
+            proposed += on_path
+            exceeded += int(np.count_nonzero(
+                rate[:on_path] > bound[:on_path] * (1.0 + EXCEED_RTOL) + EXCEED_RTOL))
+            if first < len(t):
+                hit = (int(j[first]), float(t[first]))
+            start += size
+            size *= 2
+        travel = complete if hit is None else hit[1]
+        theta += travel * v
+        left -= travel
+        elapsed += travel
+        if hit is not None:
+            v[hit[0]] = -v[hit[0]]
+            switches += 1
+    return ZigZagState(theta, v, state.rows), ZigZagInfo(switches, proposed, rows_read, exceeded, elapsed)
+
+
+def first_chunk_size(proposed, switches, maximum=MAX_FIRST_CHUNK) -> int:
+    """About the candidates per switch seen so far, between :data:`FIRST_CHUNK` and ``maximum``: a
+    segment's first chunk then holds its switch most of the time, and reads few rows past it.
+    """
+    if switches == 0:
+        return FIRST_CHUNK
+    return int(np.clip(proposed / switches, FIRST_CHUNK, maximum))
 
 
 def _sorted_candidates(times, until):

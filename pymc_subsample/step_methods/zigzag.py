@@ -19,6 +19,8 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.zigzag_bounds import (
     ROW_CHOICES,
+    SUPPORTED,
+    check_family,
     glm_row_constants,
     glm_row_sampler,
     quadratic_prior,
@@ -26,32 +28,14 @@ from pymc_subsample.control_variates.zigzag_bounds import (
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import RunCheck, mean_check
 from pymc_subsample.estimators.target import SubsampledTarget
-from pymc_subsample.families import GLM_FAMILIES
-from pymc_subsample.kernels.zigzag import (
-    RowStream,
-    ZigZagCounts,
-    ZigZagCV,
-    initial_horizon,
-    random_velocity,
-    tuned_horizon,
-)
+from pymc_subsample.kernels import zigzag as kernel
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
-from pymc_subsample.model.glm import linear_predictor_model, observed_family
+from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive
 
 __all__ = ["ZigZag", "ZigZagState"]
 
-SUPPORTED = (
-    "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)) or pm.Normal(mu=η, sigma=a known "
-    "number) with η affine in the free variables (e.g. X @ beta + a), and Normal, MvNormal or flat "
-    "priors (logistic and linear regression)"
-)
-POISSON_LIMITATION = (
-    "Poisson regression (pm.Poisson(mu=pm.math.exp(η))) is not supported yet: the curvature e^η of "
-    "its rows is unbounded, so no thinning bound holds along every segment"
-)
-MAX_FIRST_CHUNK = 1024  # candidates evaluated at once at most, whatever the thinning efficiency
 MAX_NEWTON = 3  # full-data Newton steps at most to bring the default centre to the mode
 NEWTON_TOLERANCE = 0.1  # ... until it is within this many Laplace sd (Newton decrement)
 MAX_HORIZON = 100.0  # tuned horizon at most this many Laplace sd (initial_horizon)
@@ -143,7 +127,7 @@ class ZigZag(SubsampleStep):
         if rows not in ROW_CHOICES:
             raise ValueError(f"rows must be one of {ROW_CHOICES}; got {rows!r}.")
         self.row_choice = rows
-        _check_family(pm.modelcontext(model))
+        check_family(pm.modelcontext(model))
         super().__init__(vars, model=model, center=center, proxy_order=1, chunk_size=chunk_size, **kwargs)
         glm = self.glm
         if center is None:
@@ -154,7 +138,7 @@ class ZigZag(SubsampleStep):
         metric_r = np.linalg.cholesky(precision).T  # RᵀR = P: the bound measures θ − θ* in P's norm
         inv_r = np.linalg.inv(metric_r)
         constants = glm_row_constants(glm, inv_r, rows=rows, chunk_size=chunk_size)
-        self.process = ZigZagCV(
+        self.process = kernel.ZigZagCV(
             center=center, prior_grad_center=prior_grad, prior_hessian=prior_hess,
             loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float),
             weight_total=constants.weight_total, score=glm.score, curvature=glm.max_curvature,
@@ -165,13 +149,13 @@ class ZigZag(SubsampleStep):
         # correlated at ±0.6)
         self.switches_per_draw = 4.0 * self.tall.ndim if switches_per_draw is None else switches_per_draw
         self.fixed_horizon = horizon
-        self._initial_horizon = horizon if horizon is not None else initial_horizon(precision)
+        self._initial_horizon = horizon if horizon is not None else kernel.initial_horizon(precision)
         self.reset_tuning()
 
     def check_model(self, tall):
         """The GLM view (link, affinity of η), before the centre's full passes.
 
-        Its family is a GLM family with a score already: ``_check_family`` looked at the distribution first.
+        Its family is a GLM family with a score already: ``check_family`` looked at the distribution first.
         """
         self.glm = linear_predictor_model(tall)
 
@@ -196,45 +180,31 @@ class ZigZag(SubsampleStep):
 
     def reset_tuning(self):
         """Fresh per-chain state; PyMC calls it at the start of every chain (and ZigZagState copies it)."""
-        self.velocity = None  # the first step starts at θ* with a uniform velocity
+        self.velocity = self.rows = None  # the first step starts at θ* with a uniform velocity
         self.horizon = self._initial_horizon
         self.tune_time, self.tune_switches = 0.0, 0
         self.total_proposed, self.total_switches = 0, 0
-        self.rows = RowStream(batch=self.row_batch)
 
     # ------------------------------------------------------------------- step
     def astep(self, q0: RaveledVars):
-        theta = np.asarray(q0.data, dtype=float)
-        if self.velocity is None:
-            # start at θ*, where the control variates are best, with a uniform velocity
-            theta = self.proxy.center.copy()
-            self.velocity = random_velocity(self.rng, theta.size)
+        if self.velocity is None:  # start at θ*, where the control variates are best
+            state = kernel.init(self.proxy.center, self.rng, self.row_batch)
+        else:
+            state = kernel.ZigZagState(np.asarray(q0.data, dtype=float), self.velocity, self.rows)
         horizon = self.horizon
-        counts = ZigZagCounts()
-        theta, self.velocity, counts = self.process.advance(
-            theta, self.velocity, horizon, self.rng, self.rows, self._draw_rows, counts,
-            first_chunk=self._first_chunk())
-        self.total_proposed += counts.proposed
-        self.total_switches += counts.switches
+        state, info = kernel.step(self.rng, state, horizon, self.process, self._draw_rows,
+                                  kernel.first_chunk_size(self.total_proposed, self.total_switches))
+        self.velocity, self.rows = state.velocity, state.rows
+        self.total_proposed += info.proposed
+        self.total_switches += info.switches
         if self.tune and self.fixed_horizon is None:
-            self.tune_time += counts.time
-            self.tune_switches += counts.switches
-            self.horizon = tuned_horizon(self.switches_per_draw, self.tune_time, self.tune_switches, horizon,
-                                         maximum=MAX_HORIZON * self._initial_horizon)
-        stats = {
-            "n_switches": counts.switches,
-            "n_proposed_switches": counts.proposed,
-            "n_loglik_evals": counts.rows,
-            "n_bound_exceeded": counts.bound_exceeded,
-            "horizon": horizon,
-        }
-        return RaveledVars(theta.astype(q0.data.dtype), q0.point_map_info), [stats]
-
-    def _first_chunk(self) -> int:
-        """About the candidates per switch seen so far: one or two chunks per switch."""
-        if self.total_switches == 0:
-            return 8
-        return int(np.clip(self.total_proposed / self.total_switches, 8, MAX_FIRST_CHUNK))
+            self.tune_time += info.time
+            self.tune_switches += info.switches
+            self.horizon = kernel.tuned_horizon(self.switches_per_draw, self.tune_time, self.tune_switches,
+                                                horizon, maximum=MAX_HORIZON * self._initial_horizon)
+        stats = {"n_switches": info.switches, "n_proposed_switches": info.proposed,
+                 "n_loglik_evals": info.rows, "n_bound_exceeded": info.bound_exceeded, "horizon": horizon}
+        return RaveledVars(state.theta.astype(q0.data.dtype), q0.point_map_info), [stats]
 
     # ------------------------------------------------------------ progress bar
     _progress_columns = (
@@ -266,18 +236,3 @@ class ZigZag(SubsampleStep):
 def _thinning_efficiency(thetas, stats) -> float:
     proposed = float(np.sum(stats.get("n_proposed_switches", [])))
     return float(np.sum(stats.get("n_switches", []))) / proposed if proposed > 0 else float("nan")
-
-
-def _check_family(model):
-    """Refuse unsupported likelihoods before any set-up (the full check is the GLM view's)."""
-    observed = model.observed_RVs
-    if len(observed) != 1:
-        raise ValueError(f"ZigZag supports {SUPPORTED}; this model has {len(observed)} observed variables.")
-    family = observed_family(model)
-    if family == "poisson_log":
-        raise ValueError(f"{POISSON_LIMITATION}. ZigZag supports {SUPPORTED}. For Poisson regression use "
-                         "pms.HMCECS or pms.SubsampleMH.")
-    if family is None or GLM_FAMILIES[family].score is None:
-        raise ValueError(f"ZigZag supports {SUPPORTED}; observed variable {observed[0].name!r} has "
-                         f"distribution {type(observed[0].owner.op).__name__}. Use pms.HMCECS or "
-                         "pms.SubsampleMH.")
