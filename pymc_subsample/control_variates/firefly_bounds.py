@@ -36,6 +36,7 @@ import numpy as np
 
 from pymc_subsample.families import GLM_FAMILIES, row_loglik
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.glm import observed_family
 
 __all__ = [
     "CollapsedBound",
@@ -43,8 +44,10 @@ __all__ = [
     "FamilyBound",
     "JaakkolaJordanBound",
     "SlackBound",
+    "check_family",
     "check_slack",
     "collapse_bound",
+    "glm_row_reader",
     "resolve_bound",
     "row_coefficients",
     "row_loglik",
@@ -173,6 +176,40 @@ def collapse_bound(glm, bound, center, *, chunk_size=DEFAULT_CHUNK_SIZE) -> Coll
         linear += jac.T @ (b + 2.0 * c * offset)
         quadratic += (jac * c[:, None]).T @ jac
     return CollapsedBound(const, linear, 0.5 * (quadratic + quadratic.T))
+
+
+def glm_row_reader(glm, bound, center):
+    """``read(idx, θ) -> (η, y, a, b, c, jacobian)`` over the GLM view's rows ``idx``: η at θ, y, the
+    bound's coefficients at θ* and ``jacobian(keep) -> (η(0), J)`` of the rows where ``keep`` is
+    true (d + 1 evaluations of η over those rows only): the rows a brightness proposal reads
+    (:func:`pymc_subsample.kernels.firefly.step`).
+    """
+
+    def read(idx, theta):
+        batch = glm.tall.gather(idx)
+        y = glm.observed(batch)
+        a, b, c = row_coefficients(bound, glm.eta(center, batch), y)
+
+        def jacobian(keep):
+            return glm.eta_offset_and_jacobian(tuple(x[keep] for x in batch))
+
+        return glm.eta(theta, batch), y, a, b, c, jacobian
+
+    return read
+
+
+def check_family(model, bound):
+    """The model's one observed variable is a GLM family with a collapsible bound (``bound``, or the
+    family's own), before any set-up: a look at the distribution only.
+    """
+    family = observed_family(model)
+    if family is None:
+        found = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        raise ValueError(
+            "FireflyMC needs one observed pm.Bernoulli(logit_p=η) or pm.Poisson(mu=exp(η)) variable "
+            "with η affine in the parameters (a GLM) to build collapsible bounds; this model has "
+            f"{found}. Use pms.HMCECS or pms.SubsampleMH.")
+    resolve_bound(family, bound)
 
 
 def resolve_bound(family, bound) -> CollapsibleBound:

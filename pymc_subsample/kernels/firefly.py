@@ -20,25 +20,39 @@ bright rows and the dark rows drawn for a proposal (Binomial(N − n_bright, q) 
 the dark members of a Binomial(N, q) uniform subset) are touched: O(n_bright + qN) per
 iteration. When q ≥ the odds (L_k − B_k)/B_k, a bright row always turns dark and a dark one turns
 bright with probability equal to those odds, so z_k is redrawn afresh at every iteration.
+
+The brightness update has BlackJAX's shape: :func:`init` gives a :class:`FireflyState` with every
+row dark, and :func:`step` ``(rng, state, θ, rate, n_rows, row_loglik, read) -> (state,
+FireflyInfo)`` is one update of z | θ, over the rows' family ``row_loglik`` and ``read``, which
+reads the rows a proposal names. The θ | z update is a leapfrog integrator's on
+:class:`FireflyPotential` given the bright rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
 __all__ = [
+    "BOUND_TOLERANCE",
     "BrightRows",
+    "FireflyInfo",
     "FireflyPotential",
+    "FireflyState",
     "bright_log_odds",
     "d_log_expm1",
     "flip_bright",
     "flip_dark",
+    "init",
     "is_member",
     "log_expm1",
     "propose_dark",
+    "step",
 ]
+
+BOUND_TOLERANCE = 1e-9  # r_k = ℓ_k − log B_k below −tol·(1 + |r_k|) is a broken bound, not rounding
 
 
 def log_expm1(r):
@@ -132,6 +146,76 @@ class BrightRows:
                  for f in fields(self)}
         order = np.argsort(parts["idx"], kind="stable")
         return BrightRows(**{k: v[order] for k, v in parts.items()})
+
+
+class FireflyState(NamedTuple):
+    """The brightness z: the bright rows, every other row dark."""
+
+    bright: BrightRows
+
+
+class FireflyInfo(NamedTuple):
+    """What one :func:`step` did."""
+
+    n_examined: int  # rows whose log-odds were read: the bright ones and the proposed dark ones
+    n_proposed: int  # dark rows proposed to become bright
+    #: max_k (log B_k − ℓ_k) over the first set of rows read (bright, then proposed) in which a bound
+    #: is broken beyond rounding (:data:`BOUND_TOLERANCE`); 0.0 when every bound held
+    bound_excess: float
+
+
+def init(ndim) -> FireflyState:
+    """Every row dark (``ndim``: the length of θ, the width of the bright rows' Jacobians)."""
+    return FireflyState(BrightRows.empty(ndim))
+
+
+def step(rng, state: FireflyState, theta, rate, n_rows, row_loglik, read) -> tuple[FireflyState, FireflyInfo]:
+    """One update of z | θ (Maclaurin & Adams §3.2): a Metropolis-Hastings flip for every bright row,
+    then for each row of a :func:`propose_dark` set of dark rows (module docstring).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Draws the bright rows' uniforms, the proposed dark rows and their uniforms, in this order.
+    state : FireflyState
+    theta : ndarray (d,)
+    rate : float
+        q, the probability that a dark row is proposed.
+    n_rows : int
+        N.
+    row_loglik : callable
+        ``(η, y) -> (ℓ, ∂ℓ/∂η)`` of the rows' family, vectorised.
+    read : callable
+        ``read(idx, θ) -> (η (m,), y, a, b, c, jacobian)`` for the sorted rows ``idx``: their η at θ,
+        observations and bound coefficients, and ``jacobian(keep) -> (offset, jac)`` with
+        η = offset + jac·θ for the rows where ``keep`` is true (asked for the rows turning bright only).
+
+    Returns
+    -------
+    state : FireflyState
+        The bright rows after the update, sorted by row index.
+    info : FireflyInfo
+    """
+    rows = kept = state.bright
+    excess = 0.0
+    if rows.size:
+        log_odds, r = bright_log_odds(row_loglik, rows.eta(theta), rows.y, rows.a, rows.b, rows.c)
+        excess = _bound_excess(r)
+        kept = rows.select(~flip_bright(rng, log_odds, rate))
+    proposed = propose_dark(rng, n_rows, rate, rows.idx)
+    if proposed.size:
+        eta, y, a, b, c, jacobian = read(proposed, theta)
+        log_odds, r = bright_log_odds(row_loglik, eta, y, a, b, c)
+        excess = excess or _bound_excess(r)
+        on = flip_dark(rng, log_odds, rate)
+        if on.any():
+            kept = kept.merge(BrightRows(proposed[on], *jacobian(on), y[on], a[on], b[on], c[on]))
+    return FireflyState(kept), FireflyInfo(rows.size + proposed.size, proposed.size, excess)
+
+
+def _bound_excess(r) -> float:
+    """−min_k r_k when some r_k = ℓ_k − log B_k is below −tol·(1 + |r_k|), else 0.0."""
+    return -float(np.min(r)) if np.any(r < -BOUND_TOLERANCE * (1.0 + np.abs(r))) else 0.0
 
 
 class FireflyPotential:

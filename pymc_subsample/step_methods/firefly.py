@@ -25,31 +25,21 @@ from pymc.step_methods.state import dataclass_state
 from pymc_subsample.control_variates.firefly_bounds import (
     CollapsibleBound,
     SlackBound,
+    check_family,
     check_slack,
     collapse_bound,
+    glm_row_reader,
     resolve_bound,
     row_coefficients,
     row_loglik,
 )
 from pymc_subsample.diagnostics.progress import StatColumn
 from pymc_subsample.diagnostics.run_checks import RunCheck
-from pymc_subsample.kernels.firefly import (
-    BrightRows,
-    FireflyPotential,
-    bright_log_odds,
-    flip_bright,
-    flip_dark,
-    propose_dark,
-)
+from pymc_subsample.kernels import firefly as kernel
 from pymc_subsample.kernels.tuning import laplace_draws
-from pymc_subsample.model.glm import linear_predictor_model, observed_family
+from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
-from pymc_subsample.step_methods.base import (
-    BASE_KWARGS,
-    SubsampleStep,
-    SubsampleStepState,
-    warn_poor,
-)
+from pymc_subsample.step_methods.base import BASE_KWARGS, SubsampleStep, SubsampleStepState, warn_poor
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
 
 __all__ = ["FireflyMC", "FireflyState"]
@@ -59,7 +49,6 @@ PILOT_DRAWS = 20
 SLACK_FACTOR = 50.0  # "auto" slack ε = 50 × the tight bound's mean bright probability ...
 MAX_AUTO_SLACK = 0.02  # ... at most 2% of the rows bright for the slack alone
 MIN_PROPOSED = 64  # q ≥ 64/N: some dark rows are examined every iteration whatever the pilot says
-BOUND_TOLERANCE = 1e-9  # r_k = ℓ_k − log B_k below −tol·(1 + |r_k|) is a broken bound, not rounding
 
 
 @dataclass_state
@@ -165,23 +154,17 @@ class FireflyMC(InnerHMC, SubsampleStep):
             warn_poor(self._loose_message(f"{self.expected_bright_fraction:.1%}", "expected from a pilot"))
         chunk = {"chunk_size": base_kwargs["chunk_size"]} if "chunk_size" in base_kwargs else {}
         self.collapsed = collapse_bound(self.glm, self.bound, self.proxy.center, **chunk)
-        self.potential = FireflyPotential(self.row_loglik, self.tall.prior_value_and_grad, self.collapsed,
-                                          self.tall.theta.dtype)
+        self.potential = kernel.FireflyPotential(self.row_loglik, self.tall.prior_value_and_grad,
+                                                 self.collapsed, self.tall.theta.dtype)
+        self._read_rows = glm_row_reader(self.glm, self.bound, self.proxy.center)
         self.inner = self._make_inner(inner, "laplace", precision, trajectory_length, target_accept, kwargs)
-        self.bright = BrightRows.empty(self.tall.ndim)
+        self.bright = kernel.init(self.tall.ndim).bright
         self.started = False
         self.bound_warned = False
 
     def check_arguments(self, n_rows):
         """The likelihood must be one of the GLM families, and have a bound, before any set-up."""
-        observed = self._model.observed_RVs
-        family = observed_family(self._model)
-        if family is None:
-            raise ValueError(
-                "FireflyMC needs one observed pm.Bernoulli(logit_p=η) or pm.Poisson(mu=exp(η)) variable "
-                "with η affine in the parameters (a GLM) to build collapsible bounds; this model has "
-                f"{[type(rv.owner.op).__name__ for rv in observed]}. Use pms.HMCECS or pms.SubsampleMH.")
-        resolve_bound(family, self._bound_arg)
+        check_family(self._model, self._bound_arg)
 
     def check_model(self, tall):
         """The GLM view (η affine in θ), before the centre's full passes."""
@@ -206,7 +189,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
 
         def odds(b):
             a_, b_, c_ = row_coefficients(b, eta_center, y)
-            return np.exp(np.concatenate([bright_log_odds(self.row_loglik, e, y, a_, b_, c_)[0]
+            return np.exp(np.concatenate([kernel.bright_log_odds(self.row_loglik, e, y, a_, b_, c_)[0]
                                           for e in etas]))
 
         if slack == "auto":
@@ -228,53 +211,28 @@ class FireflyMC(InnerHMC, SubsampleStep):
     def astep(self, q0):
         if not self.started:
             # start near θ*, where the MAP-tuned bound is tight and few rows are bright
-            self.bright = BrightRows.empty(self.tall.ndim)
+            self.bright = kernel.init(self.tall.ndim).bright
             q0 = self._start_near_center(q0)
         before = self.potential.n_rows_evaluated
         # 1. z | θ (Maclaurin & Adams §3.2)
-        n_examined, n_proposed = self._update_brightness(np.asarray(q0.data, dtype=float))
+        theta = np.asarray(q0.data, dtype=float)
+        state, info = kernel.step(self.rng, kernel.FireflyState(self.bright), theta, self.proposal_rate,
+                                  self.tall.n_rows, self.row_loglik, self._read_rows)
+        self.bright = self.potential.bright = state.bright
+        if info.bound_excess > 0 and not self.bound_warned:
+            self.bound_warned = True
+            warn_poor(
+                f"FireflyMC: the bound {type(self.bound).__name__} is above the likelihood on some rows "
+                f"(log B_k − ℓ_k up to {info.bound_excess:.3g}), so it is not a lower bound and the draws "
+                "are not exact. Fix its coefficients(eta_center, y) so that a + bη + cη² ≤ ℓ(η) for every "
+                "η. Warned once per chain.")
         # 2. θ | z: PyMC's NUTS/HMC on the bright-row potential
-        self.potential.bright = self.bright
         q_new, (inner_stats,) = self.inner.astep(q0)
         grad_rows = self.potential.n_rows_evaluated - before
         stats = self._inner_stats(inner_stats)
-        stats.update(n_bright=self.bright.size, n_proposed=n_proposed,
-                     n_loglik_evals=n_examined + grad_rows, n_grad_evals=grad_rows)
+        stats.update(n_bright=self.bright.size, n_proposed=info.n_proposed,
+                     n_loglik_evals=info.n_examined + grad_rows, n_grad_evals=grad_rows)
         return q_new, [stats]
-
-    def _update_brightness(self, theta):
-        """One MH flip move per bright row and per proposed dark row; returns (rows read, dark rows read)."""
-        rng, glm, rate, rows = self.rng, self.glm, self.proposal_rate, self.bright
-        kept = rows
-        if rows.size:
-            log_odds, r = bright_log_odds(self.row_loglik, rows.eta(theta), rows.y, rows.a, rows.b, rows.c)
-            self._check_bound(r)
-            kept = rows.select(~flip_bright(rng, log_odds, rate))
-        proposed = propose_dark(rng, self.tall.n_rows, rate, rows.idx)
-        if proposed.size:
-            batch = self.tall.gather(proposed)
-            y = glm.observed(batch)
-            a, b, c = row_coefficients(self.bound, glm.eta(self.proxy.center, batch), y)
-            log_odds, r = bright_log_odds(self.row_loglik, glm.eta(theta, batch), y, a, b, c)
-            self._check_bound(r)
-            on = flip_dark(rng, log_odds, rate)
-            if on.any():
-                sub = tuple(x[on] for x in batch)
-                new = BrightRows(proposed[on], *glm.eta_offset_and_jacobian(sub), y[on],
-                                 a[on], b[on], c[on])
-                kept = kept.merge(new)
-        self.bright = kept
-        return rows.size + proposed.size, proposed.size
-
-    def _check_bound(self, r):
-        if self.bound_warned or not np.any(r < -BOUND_TOLERANCE * (1.0 + np.abs(r))):
-            return
-        self.bound_warned = True
-        warn_poor(
-            f"FireflyMC: the bound {type(self.bound).__name__} is above the likelihood on some rows "
-            f"(log B_k − ℓ_k up to {-float(np.min(r)):.3g}), so it is not a lower bound and the draws "
-            "are not exact. Fix its coefficients(eta_center, y) so that a + bη + cη² ≤ ℓ(η) for every η. "
-            "Warned once per chain.")
 
     # ------------------------------------------------------ tuning and checks
     def progress_columns(self):
