@@ -253,7 +253,7 @@ class TallModel:
         rows. Its first run then compiles no gradient of the model's own graph, only its value for
         the checks (StudentT, NegativeBinomial: the digamma-heavy kernels).
         """
-        return self._analysis.views.uses_eta_sums(self.initial_theta)
+        return self._analysis.views.uses_eta_sums(lambda: self.initial_theta)
 
     def model_loglik_sum(self, theta, batch) -> float:
         """Σ_k ℓ_k over ``batch`` from the model's own graph, never from η (for checks on a few rows)."""
@@ -276,7 +276,7 @@ class TallModel:
         # measured: 9 fewer C modules of 41 on a logistic regression's first run (about 4 s, a cold
         # start 1.6× → 1.1× NUTS's); 10⁶ rows, d = 30: Hessian pass 0.24 against 0.30 s; 10⁷ rows
         # from npy: set-up 14.0 against 18.7 s
-        return self._analysis.views.regression_view(self.initial_theta)
+        return self._analysis.views.regression_view(lambda: self.initial_theta)
 
     # ------------------------------------------------------------------- rows
     def gather(self, idx) -> tuple:

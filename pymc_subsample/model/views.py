@@ -40,16 +40,20 @@ class ModelViews:
         self._eta_sums = None
 
     def regression_view(self, center):
-        """The candidate where its f gives the model's own rows around ``center`` (checked on
-        first use), else None.
+        """The candidate where its f gives the model's own rows around ``center()`` (checked on
+        first use), else None. ``center`` is a function: the point is made only for the check, not
+        on every call (an estimator reads the view at each leapfrog step).
         """
         if not self._checked:
-            self._regression = None if self.candidate is None else view_matching_rows(self.candidate, center)
+            self._regression = (None if self.candidate is None
+                                else view_matching_rows(self.candidate, center()))
             self._checked = True
         return self._regression
 
     def uses_eta_sums(self, center) -> bool:
-        """Whether the set-up sums come from η: a checked view, up to :data:`ETA_HESSIAN_MAX_ROWS` rows."""
+        """Whether the set-up sums come from η: a checked view, up to :data:`ETA_HESSIAN_MAX_ROWS` rows
+        (``center`` as in :meth:`regression_view`).
+        """
         if self._eta_sums is None:
             within = ETA_HESSIAN_MAX_ROWS is None or self.base.n_rows <= ETA_HESSIAN_MAX_ROWS
             self._eta_sums = (within and self.candidate is not None
