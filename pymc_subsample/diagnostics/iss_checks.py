@@ -113,7 +113,7 @@ def _remedy(summary_kind=None, swap_size=None):
     better = "" if summary_kind == "map" else ", the sub-posterior mode as summary (summary='map')"
     swap = ", swap_size=1" if swap_size is not None and swap_size > 1 else ""
     return (
-        "ISS samples a mixture of scaled sub-posteriors over the subsets it keeps (seed 002, "
+        "ISS samples a mixture of scaled sub-posteriors over the subsets it keeps (Maire, Friel and Alquier, "
         "Theorem 2: the error is controlled by ε and n only asymptotically). Use a larger "
         f"subset_size{better}{swap}, or a smaller target_refresh (a larger ε); or an estimator-based "
         "subsampler, pms.HMCECS or pms.SubsampleMH, whose accuracy does not rest on finding "
@@ -183,8 +183,8 @@ def refresh_message(rate, iters, when="after tuning"):
     return (
         f"ISS subset refresh rate {rate:.2%} over {iters} iterations {when} is below "
         f"{MIN_REFRESH_RATE:.0%}: the chain is stuck on few subsets and the approximation can be "
-        "poor (seed 002, 'Implementing ISS-MCMC'). Lower epsilon, use epsilon='auto', or a smaller "
-        "swap_size."
+        "poor (Maire, Friel and Alquier, 'Implementing ISS-MCMC'). Lower epsilon, use epsilon='auto', "
+        "or a smaller swap_size."
     )
 
 

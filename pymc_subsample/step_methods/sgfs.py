@@ -88,7 +88,7 @@ class SGFS(SGStep):
         self.c, self.b = check_positive(c, "c"), check_positive(b, "b")
         self.sgfs_eps = check_positive(step_size, "step_size")
         if self.k_fixed is not None and self.k_fixed >= 1 or self.c >= 1 or self.b > 2:
-            raise ValueError("k and c must lie in (0, 1) (seed 003 eq. 10) and b in (0, 2] (eq. 17).")
+            raise ValueError("k and c must lie in (0, 1) (El hanchi 2018 eq. 10) and b in (0, 2] (eq. 17).")
         self.thin = None if thin is None else check_positive(thin, "thin", integer=True)
         self.fisher, self.window, self.converged, self.noise_warned = None, None, False, False
         super().__init__(vars, batch_size=batch_size, init_at_center=init_at_center, **kwargs)

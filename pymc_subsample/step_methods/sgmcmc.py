@@ -185,8 +185,8 @@ class SGHMC(SGStep):
         self.step_size = None if auto else check_positive(step_size, "step_size")
         self.num_steps = None if num_steps is None else check_positive(num_steps, "num_steps", integer=True)
         if not auto and self.num_steps is None:
-            raise ValueError("num_steps is required with an explicit step_size (seed 004 uses εL ≈ 1.2); "
-                             "or leave both to their defaults.")
+            raise ValueError("num_steps is required with an explicit step_size (Dang et al. 2019 use "
+                             "εL ≈ 1.2); or leave both to their defaults.")
         self.friction = check_positive(friction, "friction")
         if gradient in ("saga", "is-saga", "adaptive"):
             raise ValueError(f"SGHMC supports gradient 'plain', 'cv', 'is' or 'full'; got {gradient!r} "

@@ -194,7 +194,7 @@ class Barker(SequentialTest):
             floor = BARKER_MIN_CONSTANT / math.sqrt(max(n_rows - 1, 1)) + correction_error()
             if error <= floor:
                 warnings.warn(
-                    f"SubsampleMH(test='barker', error={error:g}): seed 001's bound on the "
+                    f"SubsampleMH(test='barker', error={error:g}): Seita et al.'s bound on the "
                     "acceptance-probability error, (6.4 E|Z|³ + 2 E|Z|)/√b at b rows, is at least "
                     f"8.4/√b and stays above error until b = N = {n_rows}, so every step reads all N rows "
                     f"(the exact Barker test). To subsample, raise error above {floor:.3g} (about "
