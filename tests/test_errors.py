@@ -155,6 +155,11 @@ def test_bad_subsample_size_is_reported_before_any_set_up(monkeypatch):
             with pytest.raises(ValueError, match="batch_size must be an integer between 1 and the "
                                                  "number of rows N = 100"):
                 step(batch_size=101)
+        # the inner sampler's start is the step's own: an initial_point would be dropped silently
+        for step in (pms.HMCECS, pms.FireflyMC):
+            with pytest.raises(TypeError, match="takes no initial_point: each chain starts at a draw of "
+                                                "the Laplace approximation"):
+                step(initial_point={"beta": np.zeros(2)})
 
 
 def test_time_series_likelihood_over_all_rows():

@@ -40,7 +40,7 @@ from pymc_subsample.kernels.tuning import laplace_draws
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import BASE_KWARGS, SubsampleStep, SubsampleStepState, warn_poor
-from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC
+from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC, check_inner_keywords
 
 __all__ = ["FireflyMC", "FireflyState"]
 
@@ -129,6 +129,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
                  **kwargs):
         if inner not in ("nuts", "hmc"):
             raise ValueError(f"inner must be 'nuts' or 'hmc'; got {inner!r}.")
+        check_inner_keywords("FireflyMC", kwargs)
         if bound is not None and not isinstance(bound, CollapsibleBound):
             resolve_bound(None, bound)  # the TypeError that says what a bound must be
         if slack != "auto":

@@ -47,6 +47,7 @@ from pymc_subsample.step_methods.inner_hmc import (
     MASS_MATRICES,
     TARGET_ACCEPT,
     InnerHMC,
+    check_inner_keywords,
     choose_metric,
 )
 from pymc_subsample.subsample.batch import Batch
@@ -147,6 +148,7 @@ class HMCECS(InnerHMC, SubsampleStep):
                  proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=None,
                  mass_matrix="auto", model=None, target_variance=1.0, **kwargs):
         _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance)
+        check_inner_keywords("HMCECS", kwargs)
         self._requested, self.estimator = (subsample_size, num_blocks), estimator
         self.is_exact, self.target_variance = estimator == "signed", float(target_variance)
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}

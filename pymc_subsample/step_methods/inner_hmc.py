@@ -108,6 +108,16 @@ def choose_metric(requested, curved, ndim, potential_given):
     return "laplace_adapt", "laplace_adapt", None
 
 
+def check_inner_keywords(step, kwargs):
+    """Refuse, before any set-up, the keywords for PyMC's NUTS/HMC that the step sets itself."""
+    if "initial_point" in kwargs:
+        raise TypeError(
+            f"{step} takes no initial_point: each chain starts at a draw of the Laplace approximation "
+            "around the control variates' centre. To start elsewhere, pass center= (a point dict or a "
+            "flat unconstrained vector)."
+        )
+
+
 class PyMCPotential(PotentialForPyMC):
     """PyMC's ``logp_dlogp_func`` over a kernel's potential, which knows nothing of PyMC.
 
