@@ -155,20 +155,23 @@ def _bounded_expansion_maximum(tall, coordinates, theta, linear, quadratic):
     # maximum moved the intercept by 15 and the effects by 75-91, the log posterior fell by 82,000
     # where the expansion predicted a rise of 26,000, and full-data L-BFGS took 225 passes
     start = coordinates.value(theta)
+    # J and the prior's Hessian at θ_j, for the preconditioner: the same at every damping
+    at_theta = (start, coordinates.jacobian(theta), tall.prior_hessian(theta))
     damping, identity = 0.0, np.eye(np.size(linear))
     for _ in range(MAX_DAMPINGS + 1):
-        result = _expansion_maximum(tall, coordinates, theta, linear, quadratic - damping * identity,
-                                    bound=STEP_BOUND)
+        damped = quadratic - damping * identity
+        result = _expansion_maximum(tall, coordinates, theta, at_theta, linear, damped)
         if np.abs(coordinates.value(result.x) - start).max() <= STEP_BOUND:
             break
         damping = 4.0 * damping if damping else np.abs(linear).max() / STEP_BOUND
     return result, damping > 0
 
 
-def _expansion_maximum(tall, coordinates, theta, linear, quadratic, bound=None):
+def _expansion_maximum(tall, coordinates, theta, at_theta, linear, quadratic):
     """The maximum of the expansion at θ with gradient ``linear`` and curvature ``quadratic`` in φ
-    (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value); with a ``bound``, the search
-    stops at the first iterate that moves a coordinate of φ by more than it.
+    (scipy's OptimizeResult: ``x`` the point, ``fun`` minus its value), or the first iterate that
+    moves a coordinate of φ by more than :data:`STEP_BOUND`. ``at_theta``: (φ(θ), J = ∂φ/∂θ,
+    ∇²log p(θ)) at θ_j.
 
     L-BFGS runs in coordinates u with θ = θ_j + L⁻ᵀu, LLᵀ = −(JᵀBJ + ∇²log p(θ_j)) the expansion's
     Gauss-Newton curvature at θ_j (J = ∂φ/∂θ): there the objective's Hessian is near the identity,
@@ -178,8 +181,9 @@ def _expansion_maximum(tall, coordinates, theta, linear, quadratic, bound=None):
     # measured on crossed group effects at 10⁵ rows: 224-581 L-BFGS iterations per maximum in θ,
     # 2-18 in u, the same maxima
     quadratic = _trust_region(linear, quadratic)
-    expansion = (tall, coordinates, coordinates.value(theta), linear, quadratic)
-    chol = _expansion_preconditioner(tall, coordinates, theta, quadratic)
+    start, jacobian, prior_hessian = at_theta
+    expansion = (tall, coordinates, start, linear, quadratic)
+    chol = _expansion_preconditioner(jacobian, prior_hessian, quadratic)
     options = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10}
 
     def to_theta(x):
@@ -187,28 +191,28 @@ def _expansion_maximum(tall, coordinates, theta, linear, quadratic, bound=None):
 
     def out_of_bound(intermediate_result):  # scipy passes an OptimizeResult to this name
         # measured (crossed effects, 10⁶ rows): an unbounded search took all 1,000 iterations
-        if np.abs(coordinates.value(to_theta(intermediate_result.x)) - expansion[2]).max() > bound:
+        if np.abs(coordinates.value(to_theta(intermediate_result.x)) - start).max() > STEP_BOUND:
             raise StopIteration
 
-    callback = None if bound is None else out_of_bound
     if chol is None:
         return optimize.minimize(_negative_expansion, theta, args=expansion, jac=True, method="L-BFGS-B",
-                                 options=options, callback=callback)
+                                 options=options, callback=out_of_bound)
 
     def in_u(u):
         value, grad = _negative_expansion(to_theta(u), *expansion)
         return value, linalg.solve_triangular(chol, grad, lower=True)
 
     result = optimize.minimize(in_u, np.zeros_like(theta), jac=True, method="L-BFGS-B", options=options,
-                               callback=callback)
+                               callback=out_of_bound)
     result.x = to_theta(result.x)
     return result
 
 
-def _expansion_preconditioner(tall, coordinates, theta, quadratic):
-    """Lower Cholesky factor of −(JᵀBJ + ∇²log p(θ)), or None where it is not positive definite."""
-    jacobian = coordinates.jacobian(theta)  # (r, d)
-    curvature = -(jacobian.T @ quadratic @ jacobian + tall.prior_hessian(theta))
+def _expansion_preconditioner(jacobian, prior_hessian, quadratic):
+    """Lower Cholesky factor of −(JᵀBJ + ∇²log p(θ)) for J (r, d), or None where it is not
+    positive definite.
+    """
+    curvature = -(jacobian.T @ quadratic @ jacobian + prior_hessian)
     try:
         return np.linalg.cholesky(0.5 * (curvature + curvature.T))
     except np.linalg.LinAlgError:
