@@ -20,6 +20,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # MathJax from the package's own copy, not a CDN: the pages render offline
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
 ]
