@@ -235,6 +235,14 @@ def test_same_seed_same_draws_and_inner_hmc():
     assert np.all(np.isfinite(draws[2])) and not np.array_equal(draws[0], draws[2])
 
 
+def test_a_tall_model_as_model_gives_the_same_draws():
+    X, y = logistic_data(n=300, d=2, seed=1)
+    with logistic_model(X, y) as model:
+        given = sample(pms.FireflyMC(), seed=3, draws=20, tune=20, chains=1)
+        tall = sample(pms.FireflyMC(model=TallModel(model)), seed=3, draws=20, tune=20, chains=1)
+    np.testing.assert_array_equal(given.posterior.beta.values, tall.posterior.beta.values)
+
+
 def test_broken_user_bound_warns():
     """A 'bound' above the likelihood voids exactness: the run warns, it does not crash."""
     X, y = logistic_data(n=300, d=2, seed=1)

@@ -328,6 +328,16 @@ def test_same_seed_same_draws_and_chains():
     assert np.all(horizon[:, -1] == horizon[:, -2])  # fixed after warm-up
 
 
+def test_a_tall_model_as_model_gives_the_same_draws():
+    X, y = logistic_data(n=3000, d=2, seed=3)
+    kwargs = dict(draws=20, tune=10, chains=1, progressbar=False, compute_convergence_checks=False,
+                  random_seed=5)
+    with logistic_model(X, y) as model:
+        given = pm.sample(step=pms.ZigZag(rng=0), **kwargs)
+        tall = pm.sample(step=pms.ZigZag(rng=0, model=pms.TallModel(model)), **kwargs)
+    np.testing.assert_array_equal(given.posterior["beta"].values, tall.posterior["beta"].values)
+
+
 def test_bad_input_is_refused_with_what_to_change():
     X, y = logistic_data(n=500, d=2)
     with logistic_model(X, y):

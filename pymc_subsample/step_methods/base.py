@@ -222,6 +222,13 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         self.monitor = RunMonitor(self.run_checks())
 
 
+def pymc_model(model) -> pm.Model:
+    """The PyMC model a step's ``model`` argument names: a :class:`TallModel`'s own, else the given
+    one or the one on the context stack.
+    """
+    return model.model if isinstance(model, TallModel) else pm.modelcontext(model)
+
+
 def centred_target(tall, center, proxy_order, chunk_size, glm) -> SubsampledTarget:
     """The step's :class:`SubsampledTarget` at θ* (:func:`resolve_center`), the set-up's full passes
     remembered meanwhile: the centre's last pass serves the proxy's sums

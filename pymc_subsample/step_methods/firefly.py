@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import pymc as pm
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.control_variates.firefly_bounds import (
@@ -39,7 +38,13 @@ from pymc_subsample.kernels import firefly as kernel
 from pymc_subsample.kernels.tuning import laplace_draws
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
-from pymc_subsample.step_methods.base import BASE_KWARGS, SubsampleStep, SubsampleStepState, warn_poor
+from pymc_subsample.step_methods.base import (
+    BASE_KWARGS,
+    SubsampleStep,
+    SubsampleStepState,
+    pymc_model,
+    warn_poor,
+)
 from pymc_subsample.step_methods.inner_hmc import INNER_HMC_STATS, InnerHMC, check_inner_keywords
 
 __all__ = ["FireflyMC", "FireflyState"]
@@ -94,7 +99,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
     center : dict, array or None
         θ*, where the default bound is tight; None: the default centre of
         :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
-    model : pm.Model, optional
+    model : pm.Model or TallModel, optional
     **kwargs
         ``rng``, ``chunk_size``, ``client``; others go to the inner NUTS/HMC.
 
@@ -139,7 +144,7 @@ class FireflyMC(InnerHMC, SubsampleStep):
                 f"proposal_rate must be 'auto' or a probability in (0, 1]; got {proposal_rate!r}.")
         if not _is_probability(max_bright_fraction):
             raise ValueError(f"max_bright_fraction must be in (0, 1]; got {max_bright_fraction!r}.")
-        self._model, self._bound_arg = pm.modelcontext(model), bound
+        self._model, self._bound_arg = pymc_model(model), bound
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
         # proxy_order=2: the target's one pass gives Σ H_k(θ*) for the Laplace mass matrix
         super().__init__(vars, model=model, center=center, proxy_order=2, **base_kwargs)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pymc as pm
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
@@ -32,7 +31,7 @@ from pymc_subsample.kernels import zigzag as kernel
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
-from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive
+from pymc_subsample.step_methods.base import SubsampleStep, SubsampleStepState, check_positive, pymc_model
 
 __all__ = ["ZigZag", "ZigZagState"]
 
@@ -127,7 +126,7 @@ class ZigZag(SubsampleStep):
         if rows not in ROW_CHOICES:
             raise ValueError(f"rows must be one of {ROW_CHOICES}; got {rows!r}.")
         self.row_choice = rows
-        check_family(pm.modelcontext(model))
+        check_family(pymc_model(model))
         super().__init__(vars, model=model, center=center, proxy_order=1, chunk_size=chunk_size, **kwargs)
         glm = self.glm
         if center is None:
