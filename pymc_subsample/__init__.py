@@ -10,6 +10,8 @@ from pymc_subsample.control_variates import TaylorProxy, find_map
 from pymc_subsample.diagnostics import Comparison, compare, plot_compare, sign_weighted
 from pymc_subsample.kernels.mh_tests import logistic_range_bound
 from pymc_subsample.model import TallModel
+from pymc_subsample.model.read_cost import SlowRowsWarning
+from pymc_subsample.model.sampling_store import to_sampling_store
 from pymc_subsample.model.streamed import Data, StreamedDataError, data_sources
 from pymc_subsample.step_methods.firefly import FireflyMC
 from pymc_subsample.step_methods.hmcecs import HMCECS
@@ -30,6 +32,7 @@ __all__ = [
     "ZigZag",
     "Comparison",
     "Data",
+    "SlowRowsWarning",
     "StreamedDataError",
     "TallModel",
     "TaylorProxy",
@@ -42,5 +45,6 @@ __all__ = [
     "logistic_range_bound",
     "plot_compare",
     "sign_weighted",
+    "to_sampling_store",
 ]
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """Row sources: arrays whose rows stay where they are (disk, zarr, Dask) and are read on demand.
 
-A :class:`RowSource` wraps a ``.npy`` file or memmap, a zarr array, a Dask array or any array-like
-with ``shape``, ``dtype`` and slicing, and offers the two reads a tall model needs:
+A :class:`RowSource` wraps a ``.npy`` file or memmap, a zarr array, a Dask array, numeric columns
+of a Parquet file or dataset (:mod:`~pymc_subsample.model.parquet_rows`) or any array-like with
+``shape``, ``dtype`` and slicing, and offers the two reads a tall model needs:
 
 - ``rows(start, stop)``: contiguous rows for a streamed full pass, read one native chunk at a
   time (memory bounded by the pass's chunk) and checked for NaN chunk by chunk;
@@ -12,8 +13,9 @@ with ``shape``, ``dtype`` and slicing, and offers the two reads a tall model nee
   page cache is their chunk cache. So are uncompressed zarr arrays in a local store
   (:mod:`~pymc_subsample.model.file_rows`): a row sits at a known offset of its chunk's file, so
   it is read alone, where zarr itself would decode the whole chunk for every read, at a cost per
-  iteration that grows with the array. Compressed chunks must be decoded whole; they go through
-  zarr and the chunk cache.
+  iteration that grows with the array. Compressed chunks (and Parquet row groups) must be decoded
+  whole; they go through the chunk cache, and :mod:`~pymc_subsample.model.read_cost` says before
+  sampling when that makes random rows slow.
 
 Nothing ever loads the N rows. A source pickles by reference (path, store), never by value, so
 that full passes can be shipped to Dask workers.
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pymc_subsample.model.file_rows import NpyRows, ZarrChunkRows, direct_if_possible
+from pymc_subsample.model.parquet_rows import ParquetRows, is_parquet_path
 
 __all__ = ["RowSource", "as_row_source"]
 
@@ -46,7 +49,7 @@ class RowSource:
         Supports ``shape``, ``dtype`` and ``array[a:b]``; a Dask array, zarr array or memmap.
     name : str
         Used in error messages.
-    kind : {"npy", "memmap", "zarr", "dask", "array"}
+    kind : {"npy", "memmap", "zarr", "dask", "parquet", "array"}
     boundaries : ndarray of int
         Native chunk edges along the rows, from 0 to N.
     description : dict
@@ -183,12 +186,24 @@ class RowSource:
         self.__dict__.update(state)
 
 
-def as_row_source(source, name, *, chunk_rows=None, cache_bytes=DEFAULT_CACHE_BYTES) -> RowSource:
-    """A :class:`RowSource` from a path (``.npy`` or a zarr store), a memmap, zarr or Dask array."""
+def as_row_source(source, name, *, chunk_rows=None, cache_bytes=DEFAULT_CACHE_BYTES,
+                  columns=None) -> RowSource:
+    """A :class:`RowSource` from a path (``.npy``, a zarr store, a Parquet file or dataset with
+    ``columns``), a memmap, zarr or Dask array.
+    """
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, (int, np.integer)) or cache_bytes < 0:
+        raise ValueError(f"pms.Data {name!r}: cache_bytes must be a number of bytes >= 0; got "
+                         f"{cache_bytes!r}.")
     if isinstance(source, (str, os.PathLike)):
-        source = _open_path(Path(source), name)
+        source = _open_path(Path(source), name, columns)
     elif _kind(source) == "zarr":
         source = direct_if_possible(source)
+    if columns is not None and not isinstance(source, ParquetRows):
+        raise ValueError(
+            f"pms.Data {name!r}: columns= selects columns of a Parquet file or dataset; this source is a "
+            f"{type(source).__name__}. Select its columns before passing it (e.g. array[:, [0, 2]] on "
+            "a Dask array)."
+        )
     kind, boundaries, description = _describe(source, name, chunk_rows)
     if not (np.issubdtype(np.dtype(source.dtype), np.number) or np.dtype(source.dtype) == bool):
         raise TypeError(
@@ -200,14 +215,16 @@ def as_row_source(source, name, *, chunk_rows=None, cache_bytes=DEFAULT_CACHE_BY
     return RowSource(source, name, kind, boundaries, description, cache_bytes)
 
 
-def _open_path(path, name):
+def _open_path(path, name, columns):
     if not path.exists():
         raise FileNotFoundError(
-            f"pms.Data {name!r}: {str(path)!r} does not exist. Give the path of a .npy file or a zarr "
-            "store, or an array object."
+            f"pms.Data {name!r}: {str(path)!r} does not exist. Give the path of a .npy file, a zarr "
+            "store or a Parquet file or dataset, or an array object."
         )
     if path.suffix == ".npy":
         return NpyRows(path)
+    if is_parquet_path(path):
+        return ParquetRows(path, columns, name)
     try:
         import zarr
     except ImportError as err:  # pragma: no cover - depends on the optional extra
@@ -229,6 +246,9 @@ def _describe(source, name, chunk_rows):
                 "`.compute_chunk_sizes()` on it (or `to_dask_array(lengths=True)` on a dataframe)."
             )
         boundaries = np.concatenate([[0], np.cumsum(source.chunks[0])])
+    elif kind == "parquet":
+        boundaries = source.boundaries
+        description.update(path=source.path, columns=source.columns, compression=source.compression)
     elif kind == "zarr":
         step = chunk_rows or source.chunks[0]
         boundaries = np.append(np.arange(0, n, step), n)
@@ -246,6 +266,8 @@ def _kind(source) -> str:
         return "npy"
     if isinstance(source, np.memmap):
         return "memmap"
+    if isinstance(source, ParquetRows):
+        return "parquet"
     module = type(source).__module__
     if module.startswith("dask."):
         return "dask"
@@ -255,5 +277,6 @@ def _kind(source) -> str:
         return "array"
     raise TypeError(
         f"Cannot read rows from a {type(source).__name__}; pms.Data takes a .npy path, a zarr store "
-        "path or array, a NumPy memmap, a Dask array, or an array-like with shape, dtype and slicing."
+        "path or array, a Parquet path with columns=, a NumPy memmap, a Dask array, or an array-like "
+        "with shape, dtype and slicing."
     )

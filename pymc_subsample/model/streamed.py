@@ -14,6 +14,8 @@ observation" and leaves them out with a warning, which is what we want (no copy 
 
 from __future__ import annotations
 
+import os
+
 import pymc as pm
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply
@@ -21,7 +23,8 @@ from pytensor.graph.op import Op
 from pytensor.graph.traversal import ancestors
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
-from pymc_subsample.model.sources import as_row_source
+from pymc_subsample.model.read_cost import check_read_cost
+from pymc_subsample.model.sources import DEFAULT_CACHE_BYTES, as_row_source
 
 __all__ = ["Data", "StreamedDataError", "StreamedRows", "data_sources", "streamed_variables"]
 
@@ -72,32 +75,59 @@ def _streamed_rows_in_numba(op, node=None, **kwargs):
     raise op.error()
 
 
-def Data(name, source, *, dims=None, chunk_rows=None, model=None):  # noqa: N802 - mirrors pm.Data
-    """Row data that stays where it is: a zarr array, a ``.npy`` path or memmap, or a Dask array.
+def Data(name, source, *, dims=None, chunk_rows=None, columns=None, cache_bytes=DEFAULT_CACHE_BYTES,  # noqa: N802
+         local_copy=False, model=None):
+    """Row data that stays where it is: a zarr array, a ``.npy`` path or memmap, Parquet columns or a
+    Dask array.
 
     Used like ``pm.Data`` inside a model context; N comes from the source. pymc_subsample step
     methods read only the rows they need (sorted and grouped by chunk, with a small cache), and
     stream every full-data pass chunk by chunk (on a ``dask.distributed`` cluster when a client
     is active or passed to the step). No copy of the N rows goes into the ``InferenceData``.
 
+    A source whose random rows are slow to read (a compressed zarr chunk or Parquet row group
+    decoded whole for one row, with more chunks than the cache holds) gives a
+    :class:`~pymc_subsample.SlowRowsWarning` here, before any draw, with the measured cost and the
+    call that copies the rows into a store read row by row (:func:`~pymc_subsample.to_sampling_store`).
+
     Parameters
     ----------
     name : str
     source : str, Path, zarr.Array, numpy.memmap, dask.array.Array or array-like
-        A path ending in ``.npy`` opens a memmap; any other existing path opens a zarr store.
+        A path ending in ``.npy`` is read row by row with ``pread``; a ``.parquet`` file or a folder
+        of Parquet files is read by row group (with ``columns``); any other existing path opens a
+        zarr store.
     dims : sequence of str, optional
         As for ``pm.Data``; the first dim is the observation axis (its coordinate becomes
         ``range(N)`` when the model does not define it).
     chunk_rows : int, optional
         Rows per read for sources without native chunks (memmaps, array-likes).
+    columns : str or list of str, optional
+        Parquet columns: one name gives a vector (N,), a list a matrix (N, k) in that order.
+    cache_bytes : int
+        Size of the cache of decoded chunks (zarr, Parquet, Dask), 64 MB by default.
+    local_copy : bool or path
+        True (or a folder) copies the rows once into an uncompressed zarr store in the cache folder
+        (``$PYMC_SUBSAMPLE_CACHE``, else ``~/.cache/pymc_subsample``), saying the disk space needed
+        first, and reads them from there; later runs on the same source reuse the copy. Sources read
+        row by row already (``.npy``, memmap, uncompressed zarr) and NumPy arrays are not copied.
 
     Returns
     -------
     TensorVariable
         Usable in the model's graph as ``X @ beta`` or as ``observed=``.
     """
+    if not (isinstance(local_copy, (bool, str, os.PathLike))):
+        raise TypeError(f"pms.Data {name!r}: local_copy must be True, False or a folder path; got "
+                        f"{local_copy!r}.")
     model = pm.modelcontext(model)
-    rows = as_row_source(source, name, chunk_rows=chunk_rows)
+    rows = as_row_source(source, name, chunk_rows=chunk_rows, columns=columns, cache_bytes=cache_bytes)
+    if local_copy is not False:
+        from pymc_subsample.model.sampling_store import local_copy as copy_rows
+
+        rows = copy_rows(rows, local_copy)
+    else:
+        check_read_cost(rows, repr(str(source)) if isinstance(source, (str, os.PathLike)) else "source")
     var = StreamedRows(rows)()
     var.name = name
     if dims is not None:
