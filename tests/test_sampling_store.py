@@ -19,8 +19,8 @@ pa = pytest.importorskip("pyarrow", reason="pyarrow is in the scale extra: pip i
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the scale extra")
 
 N, D, BIG_CHUNK = 20_000, 3, 5_000
-#: smaller than one decoded chunk of X (5,000 rows × 3 float64 = 120 kB)
-SMALL_CACHE = 50_000
+#: smaller than one decoded chunk of X (5,000 rows × 3 float64 = 117.2 KiB)
+SMALL_CACHE = 48 * 2**10
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def _quiet(model_fn):
 
 def test_large_compressed_chunks_warn_and_the_store_gives_the_in_memory_draws(data, reference, tmp_path):
     X, y, root = data
-    figure = (r"a random row costs [\d.]+ ms on average to read .* whole chunk of 5,000 rows \(120\.0 kB "
-              r"decoded, codec zstd\), larger than the 50\.0 kB row cache")
+    figure = (r"a random row costs [\d.]+ ms on average to read .* whole chunk of 5,000 rows \(117\.2 KiB "
+              r"decoded, codec zstd\), larger than the 48\.0 KiB row cache")
     remedy = rf"pms.Data\('X', pms.to_sampling_store\('{root / 'X.zarr'}', 'X_rows.zarr'\)\)"
     with pm.Model(), pytest.warns(pms.SlowRowsWarning, match=figure) as caught:
         pms.Data("X", root / "X.zarr", cache_bytes=SMALL_CACHE)
@@ -166,7 +166,7 @@ def test_local_copy_says_its_size_first_and_is_reused(data, tmp_path, caplog):
     X, _, root = data
     with caplog.at_level(logging.INFO, logger="pymc"), pm.Model():
         x = _quiet(lambda: pms.Data("X", root / "X.zarr", cache_bytes=SMALL_CACHE, local_copy=tmp_path))
-    assert "480.0 kB uncompressed" in caplog.text and "free there" in caplog.text
+    assert "468.8 KiB uncompressed" in caplog.text and "free there" in caplog.text
     (copy,) = tmp_path.glob("X-*.zarr")
     source = x.owner.op.source
     assert isinstance(source.array, ZarrChunkRows) and source.cache_bytes == SMALL_CACHE
@@ -223,6 +223,12 @@ def test_bad_inputs_are_clear_errors(data, tmp_path):
             pms.Data("X", root / "X.zarr", local_copy=1)
         with pytest.raises(ValueError, match="local_copy needs a source with a path"):
             pms.Data("X", FailingRows(X), cache_bytes=SMALL_CACHE, local_copy=tmp_path)
+    holes = pa.table({"x": pa.array([1.0, None, 3.0, 4.0]), "k": pa.array([1, 2, 3, 4])})
+    pq.write_table(holes, tmp_path / "holes.parquet", row_group_size=2)
+    source = as_row_source(tmp_path / "holes.parquet", "X", columns=["k", "x"])
+    np.testing.assert_array_equal(source[2:4], [[3.0, 3.0], [4.0, 4.0]])
+    with pytest.raises(ValueError, match=r"column 'x' has 1 missing values in row group 0 \(rows 0..1\)"):
+        source[0:4]
     (tmp_path / "taken").mkdir()
     with pytest.raises(FileExistsError, match="is not a store written by to_sampling_store"):
         pms.to_sampling_store(root / "X.zarr", tmp_path / "taken", progressbar=False)
@@ -233,6 +239,6 @@ def test_bad_inputs_are_clear_errors(data, tmp_path):
         pms.to_sampling_store(root / "X.zarr", tmp_path / "X.zarr", chunk_rows=0)
     huge = FailingRows(np.empty((1, 1000)), fail_after=0)
     huge.shape = (10**12, 1000)  # 8 PB of float64 rows: more than any disk here
-    with pytest.raises(OSError, match=r"needs 8,000,000\.0 GB of disk at .* are free there"):
+    with pytest.raises(OSError, match=r"needs 7,450,580\.6 GiB of disk at .* are free there"):
         pms.to_sampling_store(huge, tmp_path / "huge.zarr", chunk_rows=10**9)
     assert not (tmp_path / "huge.zarr").exists()  # refused before anything is written

@@ -109,20 +109,15 @@ class ParquetRows:
         return parts[0] if self.one_column else np.column_stack(parts)
 
     def __getitem__(self, key):
-        """Rows ``a:b`` (step 1) or the rows of an index array, one row group at a time."""
+        """Rows ``a:b`` (step 1), one row group at a time; a
+        :class:`~pymc_subsample.model.sources.RowSource` gathers rows from whole row groups.
+        """
         if not isinstance(key, slice):
-            idx = np.asarray(key, dtype=np.int64)
-            order = np.argsort(idx, kind="stable")
-            out = np.empty((idx.size, *self.shape[1:]), dtype=self.dtype)
-            ordered = idx[order]
-            group_of = np.searchsorted(self.boundaries, ordered, side="right") - 1
-            for k in np.unique(group_of):
-                here = group_of == k
-                out[order[here]] = self.row_group(int(k))[ordered[here] - self.boundaries[k]]
-            return out
+            raise IndexError("Parquet rows are read in contiguous slices; gather rows through "
+                             "pymc_subsample.model.sources.as_row_source")
         start, stop, step = key.indices(self.shape[0])
         if step != 1:
-            raise IndexError("Parquet rows are read in contiguous slices or by index arrays")
+            raise IndexError("Parquet rows are read in contiguous slices")
         if stop <= start:
             return np.empty((0, *self.shape[1:]), dtype=self.dtype)
         first = int(np.searchsorted(self.boundaries, start, side="right") - 1)

@@ -162,10 +162,10 @@ def slow_rows_message(source, cost: ReadCost, remedy_source="source") -> str:
 
 
 def size_text(n_bytes) -> str:
-    """``n_bytes`` in kB, MB or GB (powers of 1000), three significant figures or more."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    """``n_bytes`` in KiB, MiB or GiB, as the cache's size is set (64 MiB by default)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= scale:
-            return f"{n_bytes / scale:,.{2 if n_bytes < 10 * scale else 1}f} {unit}"
+            return f"{n_bytes / scale:,.1f} {unit}"
     return f"{int(n_bytes)} bytes"
 
 
