@@ -2,6 +2,7 @@
 ``pms.to_sampling_store`` (streamed, resumable) and Parquet columns through ``pms.Data``."""
 
 import logging
+import pickle
 import re
 import warnings
 
@@ -162,11 +163,12 @@ def test_copies_from_dask_locally_and_on_a_cluster_equal_the_rows(data, tmp_path
     assert remote.attrs["pymc_subsample_store"]["done"] == list(range(5))
 
 
-def test_local_copy_says_its_size_first_and_is_reused(data, tmp_path, caplog):
+def test_local_copy_says_its_size_first_and_is_reused(data, tmp_path, caplog, capsys):
     X, _, root = data
     with caplog.at_level(logging.INFO, logger="pymc"), pm.Model():
         x = _quiet(lambda: pms.Data("X", root / "X.zarr", cache_bytes=SMALL_CACHE, local_copy=tmp_path))
     assert "468.8 KiB uncompressed" in caplog.text and "free there" in caplog.text
+    assert "copy to X-" in capsys.readouterr().out  # the progress bar
     (copy,) = tmp_path.glob("X-*.zarr")
     source = x.owner.op.source
     assert isinstance(source.array, ZarrChunkRows) and source.cache_bytes == SMALL_CACHE
@@ -194,6 +196,8 @@ def test_parquet_rows_files_datasets_and_their_copy(data, tmp_path):
         np.testing.assert_array_equal(source[idx], X[idx])
         np.testing.assert_array_equal(source[2_500:13_000], X[2_500:13_000])
         np.testing.assert_array_equal(as_row_source(path, "y", columns="y")[0:N], y)
+        # by reference (path and columns) for Dask workers, never a decoded row group
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(source))[idx], X[idx])
     # row groups are the native chunks: 3,000 rows, and the dataset's files start new ones
     assert list(as_row_source(root / "dataset", "y", columns="y").boundaries[:5]) == [0, 3_000, 6_000,
                                                                                      8_000, 11_000]

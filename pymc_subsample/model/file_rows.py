@@ -19,40 +19,53 @@ __all__ = ["NpyRows", "PreadRows", "ZarrChunkRows", "direct_if_possible"]
 
 class PreadRows:
     """Rows of a C-ordered array whose rows are stored ``rows_per_file`` to a file, read with
-    ``os.pread``: ``array[a:b]`` and ``array[idx]`` (``idx`` sorted and unique, as
+    ``os.preadv``: ``array[a:b]`` and ``array[idx]`` (``idx`` sorted and unique, as
     :meth:`~pymc_subsample.model.sources.RowSource.take` passes it). A subclass sets ``shape``,
-    ``dtype``, ``row_bytes`` and ``rows_per_file`` and reads ``count`` rows from row ``start``, all
-    in one file, in ``_read(start, count)``.
+    ``dtype``, ``row_bytes`` and ``rows_per_file`` and fills ``out`` with the rows from row
+    ``start``, all in one file, in ``_read_into(out, start)``.
+
+    Each run of consecutive rows is read straight into the result, allocated once: a block update's
+    handful of random rows costs a system call each and no other copy.
     """
+
+    # measured: with a bytes object per run (os.pread), then np.frombuffer, np.split and
+    # np.concatenate, 10 random rows of X and of y cost 0.32 ms, twice the in-memory gather, and an
+    # HMC-ECS iteration from an uncompressed store at 2·10⁷ rows 1.15× (CPU) that in memory at 10⁵
 
     shape: tuple
     dtype: np.dtype
     row_bytes: int
     rows_per_file: int
 
-    def _read(self, start, count) -> np.ndarray:
+    def _read_into(self, out, start) -> None:
         raise NotImplementedError
 
-    def _empty(self) -> np.ndarray:
-        return np.empty((0, *self.shape[1:]), dtype=self.dtype)
-
-    def _rows(self, buf, count) -> np.ndarray:
-        return np.frombuffer(buf, dtype=self.dtype).reshape((count, *self.shape[1:]))
+    def _pread_into(self, fd, out, offset) -> None:
+        view = out.reshape(-1).view(np.uint8)
+        if os.preadv(fd, [view], offset) != view.nbytes:
+            raise OSError(f"a file of this {type(self).__name__} is shorter than its shape {self.shape} "
+                          "says; it was truncated or is still being written.")
 
     def __getitem__(self, key):
         size = self.rows_per_file
         if isinstance(key, slice):
             start, stop, _ = key.indices(self.shape[0])
-            edges = [start, *range((start // size + 1) * size, stop, size), stop]
-            parts = [self._read(a, b - a) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-            if not parts:
-                return self._empty()
-            return np.concatenate(parts) if len(parts) > 1 else parts[0]
+            out = np.empty((max(stop - start, 0), *self.shape[1:]), dtype=self.dtype)
+            a = start
+            while a < stop:
+                b = min((a // size + 1) * size, stop)
+                self._read_into(out[a - start:b - start], a)
+                a = b
+            return out
         idx = np.asarray(key, dtype=np.int64)
+        out = np.empty((idx.size, *self.shape[1:]), dtype=self.dtype)
         if idx.size == 0:
-            return self._empty()
+            return out
         breaks = np.flatnonzero((np.diff(idx) != 1) | (np.diff(idx // size) != 0)) + 1
-        return np.concatenate([self._read(int(run[0]), run.size) for run in np.split(idx, breaks)])
+        edges = [0, *breaks.tolist(), idx.size]
+        for a, b, row in zip(edges[:-1], edges[1:], idx[edges[:-1]].tolist()):
+            self._read_into(out[a:b], row)
+        return out
 
 
 class NpyRows(PreadRows):
@@ -79,11 +92,10 @@ class NpyRows(PreadRows):
         self.rows_per_file = max(self.shape[0], 1)
         self._fd = None
 
-    def _read(self, start, count) -> np.ndarray:
+    def _read_into(self, out, start) -> None:
         if self._fd is None:
             self._fd = os.open(self.filename, os.O_RDONLY)
-        buf = os.pread(self._fd, count * self.row_bytes, self.offset + start * self.row_bytes)
-        return self._rows(buf, count)
+        self._pread_into(self._fd, out, self.offset + start * self.row_bytes)
 
     def __getstate__(self):
         return dict(self.__dict__, _fd=None)
@@ -159,13 +171,13 @@ class ZarrChunkRows(PreadRows):
                 os.close(old)
         return fd
 
-    def _read(self, start, count) -> np.ndarray:
+    def _read_into(self, out, start) -> None:
         k, offset = divmod(start, self.chunks[0])
         fd = self._chunk_file(k)
         if fd is None:
-            return np.full((count, *self.shape[1:]), self._fill, dtype=self.dtype)
-        buf = os.pread(fd, count * self.row_bytes, offset * self.row_bytes)
-        return self._rows(buf, count)
+            out[...] = self._fill
+        else:
+            self._pread_into(fd, out, offset * self.row_bytes)
 
     def __getstate__(self):
         return dict(self.__dict__, _files=OrderedDict())

@@ -151,9 +151,19 @@ def cache_folder(folder=True) -> Path:
 
 
 def _store_chunk_rows(rows, chunk_rows):
+    """Rows per chunk file: ~:data:`DEFAULT_STORE_CHUNK_BYTES`, and for a source with native chunks
+    its chunk split in equal parts or a multiple of it, so that an output chunk is rarely put
+    together from two source chunks (one copy of each row fewer).
+    """
     if chunk_rows is None:
-        row_bytes = int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize
-        return int(max(1, min(rows.n_rows, DEFAULT_STORE_CHUNK_BYTES // max(row_bytes, 1))))
+        row_bytes = max(int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize, 1)
+        target = max(1, DEFAULT_STORE_CHUNK_BYTES // row_bytes)
+        native = int(rows.boundaries[1]) if len(rows.boundaries) > 2 else 0
+        if native > target:
+            target = -(-native // -(-native // target))  # native split in equal parts of ≤ ~target
+        elif native:
+            target = native * (target // native)
+        return int(min(rows.n_rows, target))
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive integer; got {chunk_rows!r}.")
     return int(chunk_rows)
