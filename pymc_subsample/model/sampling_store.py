@@ -57,7 +57,7 @@ def to_sampling_store(source, path, *, columns=None, chunk_rows=None, client=Non
     columns : str or list of str, optional
         Parquet columns, as for ``pms.Data``.
     chunk_rows : int, optional
-        Rows per chunk file; by default ~64 MB of rows (:data:`DEFAULT_STORE_CHUNK_BYTES`).
+        Rows per chunk file; by default ~64 MiB of rows (:data:`DEFAULT_STORE_CHUNK_BYTES`).
     client : distributed.Client, optional
         Write the chunks on this Dask cluster (a task per source chunk). For a Dask source the
         active client is used when none is given; without one the copy runs in this process.

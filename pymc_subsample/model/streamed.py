@@ -105,7 +105,7 @@ def Data(name, source, *, dims=None, chunk_rows=None, columns=None, cache_bytes=
     columns : str or list of str, optional
         Parquet columns: one name gives a vector (N,), a list a matrix (N, k) in that order.
     cache_bytes : int
-        Size of the cache of decoded chunks (zarr, Parquet, Dask), 64 MB by default.
+        Size of the cache of decoded chunks (zarr, Parquet, Dask), 64 MiB by default.
     local_copy : bool or path
         True (or a folder) copies the rows once into an uncompressed zarr store in the cache folder
         (``$PYMC_SUBSAMPLE_CACHE``, else ``~/.cache/pymc_subsample``), saying the disk space needed
