@@ -53,7 +53,9 @@ def to_sampling_store(source, path, *, columns=None, chunk_rows=None, client=Non
         Parquet file or dataset (with ``columns``), a Dask array.
     path : str or Path
         The zarr store to write. If it holds a store written by this function from the same
-        source, the chunks it already has are kept.
+        source (path, shape, dtype, chunks and the modification time of its file or zarr metadata;
+        a Dask array's name; for an array-like, its shape, dtype and chunks alone), the chunks it
+        already has are kept.
     columns : str or list of str, optional
         Parquet columns, as for ``pms.Data``.
     chunk_rows : int, optional
@@ -121,8 +123,9 @@ def local_copy(rows, folder=True, progressbar=True):
     """The rows of ``rows`` (a :class:`RowSource`) in a store of the cache folder, copied once.
 
     Sources whose rows are read alone or sit in memory come back unchanged. The copy is named after
-    the source (its path, shape, dtype and modification time, or a Dask array's name), so later
-    runs on the same source reuse it, and an interrupted copy is resumed.
+    the source (its path, shape, dtype, chunks and the modification time of its file or zarr
+    metadata, or a Dask array's name), so later runs on the same source reuse it, and an
+    interrupted copy is resumed.
     """
     if rows.direct or isinstance(rows.array, np.ndarray):
         return rows
