@@ -16,8 +16,8 @@ from pymc_subsample.model.read_cost import read_cost
 from pymc_subsample.model.sources import as_row_source
 
 zarr = pytest.importorskip("zarr", reason="zarr is in the test and scale extras: pip install -e '.[test]'")
-pa = pytest.importorskip("pyarrow", reason="pyarrow is in the scale extra: pip install -e '.[scale]'")
-pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the scale extra")
+pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test and scale extras: pip install -e '.[test]'")
+pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the test and scale extras")
 
 N, D, BIG_CHUNK = 20_000, 3, 5_000
 #: smaller than one decoded chunk of X (5,000 rows × 3 float64 = 117.2 KiB)
