@@ -12,7 +12,7 @@ of Welling & Teh (2011), x ~ ½ N(θ1, 2) + ½ N(θ1 + θ2, 2) with θ = (0, 1),
    (``batch_size``), the fraction of decisions that needed all N rows (the exact Barker test)
    and the acceptance rate.
 2. The decisions themselves, with the kernel ``pymc_subsample.kernels.mh_tests.barker_test`` on
-   the same per-row terms the chains use (Taylor remainders around θ*, ``use_proxy=True``): for
+   the same per-row terms the chains use (Taylor remainders around θ*, ``control_variates=True``): for
    proposals drawn along the chain, how often the minibatch decision equals the exact Barker
    decision Δ + logit(u) > 0 on the same uniform u, and the mean of accept − S(Δ) over
    proposals and repeats (S the logistic CDF; seed 001 bounds |P(accept) − S(Δ)| by δ).

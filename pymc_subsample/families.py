@@ -43,6 +43,7 @@ This module imports PyTensor and SciPy, not PyMC: the kernels read it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -156,6 +157,10 @@ class Family:
         in NumPy (:mod:`~pymc_subsample.control_variates.firefly_bounds`).
     no_firefly_bound : str
         Why a GLM family has no built-in Firefly bound (for the error message).
+    derivative_bounds : callable or None
+        (*constants) → (M₁, M₂, M₃), M_j ≥ sup_{y, η} |∂ʲf/∂ηʲ| (∞: unbounded) of a GLM family: the
+        Taylor remainder of an order-r proxy is bounded with M_{r+1} (the confidence sampler's default
+        range bound, :func:`~pymc_subsample.kernels.mh_tests.confidence.glm_taylor_range_bound`).
     spelling : str
         How a PyMC model writes a GLM family (for the error messages).
     """
@@ -169,10 +174,17 @@ class Family:
     firefly_bound: Callable | None = None
     no_firefly_bound: str = ""
     spelling: str = ""
+    derivative_bounds: Callable | None = None
 
     def score_function(self, *constants):
         """∂f/∂η as a NumPy function of (y, η) with the constant parameters fixed."""
         return lambda y, eta: self.score(NUMPY, y, eta, *constants)
+
+    def derivative_bound(self, order, *constants) -> float:
+        """M_j ≥ sup |∂ʲf/∂ηʲ| for j = ``order`` in 1..3 (∞ where unbounded or not tabulated)."""
+        if self.derivative_bounds is None or not 1 <= order <= 3:
+            return math.inf
+        return float(self.derivative_bounds(*constants)[order - 1])
 
     def max_curvature(self, *constants) -> float:
         """κ ≥ sup_η |∂²f/∂η²| at the constant parameters."""
@@ -243,17 +255,20 @@ FAMILIES = (
     Family(BernoulliRV, ("logit",), lambda xp, y, eta: y * eta - xp.softplus(eta),
            glm="bernoulli_logit", score=lambda xp, y, eta: y - xp.sigmoid(eta), curvature=lambda: 0.25,
            firefly_bound=jaakkola_jordan_coefficients,
-           spelling="pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η))"),
+           spelling="pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η))",
+           # |σ − y| ≤ 1, σ(1 − σ) ≤ 1/4, |σ(1 − σ)(1 − 2σ)| ≤ 1/(6√3) (at σ = ½ ± 1/(2√3))
+           derivative_bounds=lambda: (1.0, 0.25, 1.0 / (6.0 * math.sqrt(3.0)))),
     Family(PoissonRV, ("log",), lambda xp, y, eta: y * eta - xp.exp(eta) - xp.gammaln(y + 1.0),
            glm="poisson_log", score=lambda xp, y, eta: y - xp.exp(eta), curvature=lambda: np.inf,
            no_firefly_bound="no quadratic in η bounds yη − e^η from below for all η",
-           spelling="pm.Poisson(mu=pm.math.exp(η))"),
+           spelling="pm.Poisson(mu=pm.math.exp(η))", derivative_bounds=lambda: (math.inf,) * 3),
     Family(NormalRV, ("identity", None), _normal_known_sigma,
            glm="normal_identity", score=lambda xp, y, eta, sigma: (y - eta) * (1.0 / sigma**2),
            curvature=lambda sigma: 1.0 / sigma**2,
            no_firefly_bound="its log-likelihood is itself quadratic in η: full-data sums of X'X and X'y "
                             "give the posterior in closed form, no sampler needed",
-           spelling="pm.Normal(mu=η, sigma=a known constant)"),
+           spelling="pm.Normal(mu=η, sigma=a known constant)",
+           derivative_bounds=lambda sigma: (math.inf, 1.0 / sigma**2, 0.0)),
     Family(NormalRV, ("identity", "log"), _normal),
     Family(NormalRV, (None, "log"), _normal),
     Family(StudentTRV, ("log", "identity", "log"), _student_t),

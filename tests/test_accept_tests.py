@@ -57,7 +57,7 @@ class GaussianRows:
 
 def _options(**kwargs):
     return AcceptOptions(**{
-        "subsample_size": 20, "error": 0.05, "num_blocks": 4, "use_proxy": True, "proxy_order": 1,
+        "subsample_size": 20, "error": 0.05, "num_blocks": 4, "control_variates": True, "proxy_order": 1,
         "range_bound": "empirical", "importance_probs": None, "chunk_size": 100} | kwargs)
 
 
@@ -115,7 +115,6 @@ def test_the_t_tests_take_the_printed_level_at_every_look(name):
         ({"test": "t-test"}, "Unknown test 't-test'; choose one of 'pseudo-marginal', 'austerity', "
                              "'confidence', 'barker', 'two-sample', 'exact'"),
         ({"test": ["austerity"]}, "Unknown test"),
-        ({"test": "confidence"}, "needs a bound"),
         ({"test": "austerity", "error": None}, "allowed only for test='barker'"),
         ({"test": "confidence", "range_bound": 3.0}, "range_bound must be a callable"),
         ({"num_blocks": 500}, "num_blocks must be"),
@@ -132,3 +131,35 @@ def test_a_name_or_argument_the_registry_cannot_use_is_refused_before_set_up(mon
     X, y = logistic_data(100, 2)
     with logistic_model(X, y), pytest.raises(ValueError, match=match):
         pms.SubsampleMH(**options)
+
+
+@pytest.mark.parametrize(
+    "family, kwargs, match",
+    [
+        ("poisson", {}, r"needs a bound.*poisson_log rows have no finite bound on \|∂\^3f/∂η\^3\|"),
+        ("studentt", {}, r"needs a bound.*not a GLM whose family the package knows"),
+        ("normal", {"control_variates": False}, r"normal_identity rows have no finite bound on \|∂\^1f"),
+    ],
+)
+def test_confidence_without_a_derivable_bound_is_refused_before_set_up(monkeypatch, family, kwargs, match):
+    """A GLM whose family tabulates finite derivative bounds gets range_bound='glm'; elsewhere the
+    ValueError asks for a range_bound before any set-up."""
+    import pymc as pm
+
+    from pymc_subsample.model import tall as tall_module
+
+    def no_set_up(*args, **kwargs):
+        raise AssertionError("set-up started before the accept test was configured")
+
+    monkeypatch.setattr(tall_module.TallModel, "__init__", no_set_up)
+    X, y = logistic_data(100, 2)
+    with pm.Model():
+        eta = pm.math.dot(X, pm.Normal("beta", 0, 1, shape=2))
+        if family == "poisson":
+            pm.Poisson("y", mu=pm.math.exp(eta), observed=y)
+        elif family == "studentt":
+            pm.StudentT("y", nu=4, mu=eta, sigma=1.0, observed=y)
+        else:
+            pm.Normal("y", mu=eta, sigma=1.0, observed=y)
+        with pytest.raises(ValueError, match=match):
+            pms.SubsampleMH(test="confidence", **kwargs)

@@ -50,6 +50,7 @@ def _spiky_population(n=5000, spikes=5, seed=0):
 
 @pytest.mark.parametrize("delta", [-0.5, 0.5])
 def test_barker_smaller_error_reads_more_rows_and_is_closer_to_exact(delta):
+    """Seita et al.'s bound alone (smoothed=False): its 8.4/√b floor makes the minibatch meet the spikes."""
     t = _spiky_population()
     offset = delta - t.sum()
     reps = 1000
@@ -59,7 +60,7 @@ def test_barker_smaller_error_reads_more_rows_and_is_closer_to_exact(delta):
         hits, rows = 0, 0
         for _ in range(reps):
             accept, used, info = mh_tests.barker_test(t.__getitem__, t.size, offset, rng.random(), rng,
-                                                      batch_size=50, error=error)
+                                                      batch_size=50, error=error, smoothed=False)
             hits += accept
             rows += used
             # the test stops before N only once the bound is below δ
@@ -75,15 +76,46 @@ def test_barker_smaller_error_reads_more_rows_and_is_closer_to_exact(delta):
         assert abs(dev) <= error + 3 * se
 
 
+def test_barker_smoothed_bound_plugs_in_moments_and_misses_rare_spikes():
+    """The smoothed bound (the default) is of order σ³ with the moments of the rows read: a minibatch
+    that has not met the spikes sees tiny Gaussian terms and stops at the first look, so on this
+    population P(accept) is off by far more than δ (documented in barker_smoothed_error)."""
+    t = _spiky_population()
+    offset = 0.5 - t.sum()
+    rng = np.random.default_rng(1)
+    runs = [mh_tests.barker_test(t.__getitem__, t.size, offset, rng.random(), rng, batch_size=50,
+                                 error=0.1) for _ in range(1000)]
+    assert np.median([used for _, used, _ in runs]) <= 100  # most stop before meeting a spike
+    deviation = abs(np.mean([accept for accept, _, _ in runs]) - expit(0.5))
+    print("smoothed bound on the spiky population: |P(accept) − S(Δ)| =", deviation)
+    assert deviation > 0.1 + 3 * math.sqrt(0.25 / 1000)
+
+
+def test_barker_smoothed_bound_shrinks_like_sigma_cubed():
+    values = np.random.default_rng(2).normal(size=400)
+    small, smaller = (mh_tests.barker_smoothed_error(values, 10_000, s2) for s2 in (0.04, 0.01))
+    # σ_r² = N² s²/b = 250 here; the bound's σ-dependence enters through σ_r and σ²
+    assert math.isinf(mh_tests.barker_smoothed_error(values, 10_000, 1.0))
+    assert smaller < small
+    # Gaussian terms, b = 400 rows of N = 10⁶ with s = 10⁻⁴·√400/10⁶·10⁶: σ ≈ 0.1 gives ≈ 0.26 σ³
+    n, b = 10**6, 400
+    values = np.random.default_rng(3).normal(0.0, 0.1 * math.sqrt(b) / n, b)
+    sigma2 = n**2 * values.var(ddof=1) / b
+    bound = mh_tests.barker_smoothed_error(values, n, sigma2)
+    assert 0.2 * sigma2**1.5 < bound < 0.35 * sigma2**1.5, (bound, sigma2)
+    # far below Seita et al.'s Berry-Esseen bound on the same rows (≥ 8.4/√400 = 0.42)
+    assert bound < 0.01 < mh_tests.barker_clt_error(values)
+
+
 def test_barker_error_below_the_floor_reads_all_rows_and_is_exact_barker():
-    # 8.4/√(N − 1) = 0.188 > δ = 0.1: the bound cannot be met before b = N
+    # Seita et al.'s bound alone: 8.4/√(N − 1) = 0.188 > δ = 0.1 cannot be met before b = N
     rng = np.random.default_rng(3)
     t = rng.normal(0.0, 1e-3, 2000)
     for i in range(50):
         u = rng.random()
         offset = rng.normal(0.0, 2.0) - t.sum()
         accept, used, _ = mh_tests.barker_test(t.__getitem__, t.size, offset, u, np.random.default_rng(i),
-                                               batch_size=45, error=0.1)
+                                               batch_size=45, error=0.1, smoothed=False)
         assert used == t.size
         assert accept == mh_tests.exact_barker_test(offset + t.sum(), u)
 
@@ -96,17 +128,18 @@ def small_data():
 def test_subsample_mh_barker_passes_error_and_warns_when_it_cannot_subsample(small_data):
     X, y = small_data
     with logistic_model(X, y):
-        match = r"every step reads all N rows.*raise error above 0\.486.*error=None"
+        # δ at most the correction distribution's own error (≈ 1.7e-5): only b = N meets it
+        match = r"correction distribution's own error.*every step reads all N = 300 rows.*error=None"
         with pytest.warns(UserWarning, match=match):
-            step = SubsampleMH(test="barker", error=0.01, center=np.zeros(2), subsample_size=20)
+            step = SubsampleMH(test="barker", error=1e-5, center=np.zeros(2), subsample_size=20)
         idata = pm.sample(step=step, draws=20, tune=0, chains=1, random_seed=1, progressbar=False,
                           compute_convergence_checks=False)
         assert np.all(idata.sample_stats.batch_size.values == 300)
-        # above the floor 8.4/√299 + 1.7e-5 = 0.486 the sampler may subsample, and error=None
-        # (stop at σ²(Δ*) < 1, the seed's first rule) asks for no control: no warning
+        # any larger δ may be met by the smoothed bound, and error=None (stop at σ²(Δ*) < 1, the
+        # seed's first rule) asks for no control: no warning
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
-            SubsampleMH(test="barker", error=0.5, center=np.zeros(2), subsample_size=20)
+            SubsampleMH(test="barker", error=0.01, center=np.zeros(2), subsample_size=20)
             step = SubsampleMH(test="barker", error=None, center=np.zeros(2), subsample_size=20)
         assert step.error is None
 
@@ -123,23 +156,23 @@ def test_error_none_only_for_barker(small_data):
 
 
 @pytest.mark.parametrize(
-    "proxy_order, use_proxy, bound_order, match",
+    "proxy_order, control_variates, bound_order, match",
     [
         (1, True, 2, r"built for proxy order 2.*order-1 proxy.*proxy_order=1\).*or set proxy_order=2"),
         (2, True, 1, r"built for proxy order 1.*order-2 proxy.*or set proxy_order=1"),
         (2, False, 2, r"built for proxy order 2.*plain differences.*proxy_order=None\).*or set "
-                      r"proxy_order=2 and use_proxy=True"),
-        (2, True, None, r"built for proxy order None.*order-2 proxy.*or set use_proxy=False"),
+                      r"proxy_order=2 and control_variates=True"),
+        (2, True, None, r"built for proxy order None.*order-2 proxy.*or set control_variates=False"),
     ],
 )
-def test_confidence_rejects_a_bound_built_for_another_order(small_data, proxy_order, use_proxy, bound_order,
-                                                             match):
+def test_confidence_rejects_a_bound_built_for_another_order(small_data, proxy_order, control_variates,
+                                                             bound_order, match):
     X, y = small_data
     bound = mh_tests.logistic_range_bound(X, np.zeros(2), proxy_order=bound_order)
     with logistic_model(X, y):
         with pytest.raises(ValueError, match=match):
-            SubsampleMH(test="confidence", range_bound=bound, proxy_order=proxy_order, use_proxy=use_proxy,
-                        center=np.zeros(2))
+            SubsampleMH(test="confidence", range_bound=bound, proxy_order=proxy_order,
+                        control_variates=control_variates, center=np.zeros(2))
 
 
 def test_logistic_range_bound_declares_its_order(small_data):
@@ -225,3 +258,26 @@ def test_decision_error_rate_is_at_most_epsilon(test):
     rate = _error_rate(test, 0.1, True, count)
     print(test, 0.1, "per-look", rate)
     assert rate > 0.1 + 3 * math.sqrt(0.1 * 0.9 / count)
+
+
+# ----------------------------------------------------------------------------- run check
+
+
+def test_run_check_warns_when_the_mean_batch_exceeds_a_quarter_of_the_rows(small_data):
+    X, y = small_data
+    with logistic_model(X, y):
+        # δ below the correction's own error: every decision reads all 300 rows
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            step = SubsampleMH(test="barker", error=1e-5, center=np.zeros(2), subsample_size=20, thin=1)
+        with pytest.warns(UserWarning, match=r"mean batch after warm-up is 300 rows, above N/4 = 75: "
+                                             r"this test is as costly as full-data MH here"):
+            pm.sample(step=step, draws=100, tune=20, chains=1, random_seed=1, progressbar=False,
+                      compute_convergence_checks=False)
+        # the default δ with the proxy at the mode reads few rows a decision: no such warning
+        step = SubsampleMH(test="barker", subsample_size=20, thin=1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pm.sample(step=step, draws=100, tune=20, chains=1, random_seed=1, progressbar=False,
+                      compute_convergence_checks=False)
+        assert not any("as costly as full-data MH" in str(w.message) for w in caught)

@@ -506,7 +506,7 @@ def small_model():
         ({"subsample_size": 301}, "between 1 and the number of rows"),
         ({"test": "t-test"}, "Unknown test 't-test'"),
         ({"proposal": "hmc"}, "Unknown proposal"),
-        ({"test": "confidence"}, "needs a bound"),
+        ({"test": "confidence", "range_bound": 3.0}, "range_bound must be a callable"),
         ({"num_blocks": 2000, "subsample_size": 100}, "num_blocks must be"),
         ({"scale": -1.0}, "scale must be a positive"),
         ({"thin": 0}, "thin must be a positive integer"),

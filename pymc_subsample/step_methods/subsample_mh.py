@@ -15,8 +15,9 @@ import numpy as np
 from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
+from pymc_subsample.control_variates.taylor import check_proxy_order
 from pymc_subsample.diagnostics.progress import StatColumn, compact
-from pymc_subsample.diagnostics.run_checks import mean_check, min_ess_fraction
+from pymc_subsample.diagnostics.run_checks import mean_check
 from pymc_subsample.kernels.mh_tests import (
     ACCEPT_TESTS,
     AcceptOptions,
@@ -25,7 +26,6 @@ from pymc_subsample.kernels.mh_tests import (
     make_accept_test,
 )
 from pymc_subsample.kernels.proposals import (
-    PROPOSALS,
     adapt_log_scale,
     adapted_cholesky,
     initial_proposal,
@@ -40,8 +40,15 @@ from pymc_subsample.step_methods.base import (
     check_size,
     warn_poor,
 )
+from pymc_subsample.step_methods.mh_setup import (
+    THIN_GROWTH_LIMIT,
+    adapted_thin,
+    check_step_arguments,
+    default_range_bound,
+    glm_range_bound,
+)
 
-__all__ = ["SubsampleMH", "SubsampleMHState", "adapted_thin"]
+__all__ = ["THIN_GROWTH_LIMIT", "SubsampleMH", "SubsampleMHState", "adapted_thin"]
 
 MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33·50/d per draw)
 # measured on Bambi's y ~ age + work + (1|group), 50 groups (d = 55, its Laplace covariance 48x the
@@ -54,13 +61,6 @@ MAX_THIN = 50  # cap of the default moves per draw (d > 25 then mixes at ~ 0.33�
 #: underestimated, so the next estimate is better (adaptive Metropolis, Haario et al. 2001). Once
 #: they agree the proposal stays.
 COVARIANCE_EVERY = 100
-#: the default ``thin`` grows at the end of warm-up where the chain's last half of warm-up draws
-#: has an integrated autocorrelation time τ̂ (draws per effective draw, worst coordinate) above
-#: THIN_TAU_LIMIT: to thin·τ̂/THIN_TAU_TARGET moves, at most THIN_GROWTH_LIMIT × the default
-THIN_TAU_LIMIT = 4.0
-THIN_TAU_TARGET = 2.0
-THIN_GROWTH_LIMIT = 10
-THIN_MIN_DRAWS = 100  # warm-up draws in that last half, at least, to estimate τ̂
 
 
 @dataclass_state
@@ -105,29 +105,30 @@ class SubsampleMH(SubsampleStep):
         decisions is then several times ε, see ``benchmarks/README.md``); under the CLT for the
         t-tests, given a valid ``range_bound`` for the confidence sampler. Barker: δ of Seita et
         al. 2017 ("Algorithm", step 2), the bound on sup |P(accept) − exact Barker| below which
-        the minibatch stops growing (once σ²(Δ*) < 1). It is ≥ 8.4/√b, so δ = 0.01 needs
-        b > 705,600 rows, and below that N every step reads all rows (the exact Barker test, a
-        warning says so); about (12/δ)² rows are read for Gaussian-like terms, more for
-        heavy-tailed ones (:func:`~pymc_subsample.kernels.mh_tests.barker_test`).
-        ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1, Seita et al.'s (2017) first
-        rule, with no control of the error.
+        the minibatch stops growing (once σ²(Δ*) < 1): the smaller of their Berry-Esseen bound,
+        ≥ 8.4/√b (δ = 0.01 alone would need b > 705,600 rows), and a smoothing bound of order
+        σ³(Δ*), which the proxy-corrected differences meet after a few hundred rows
+        (:func:`~pymc_subsample.kernels.mh_tests.barker_smoothed_error`); both plug in the
+        moments of the rows read. ``error=None`` (Barker only): stop as soon as σ²(Δ*) < 1,
+        Seita et al.'s (2017) first rule, with no control of the error.
     num_blocks : int
         G, blocks of the correlated pseudo-marginal subsample update (ρ ≈ 1 − 1/G).
     model, center, proxy_order, chunk_size, rng
         See :class:`SubsampleStep`.
-    use_proxy : bool, default True
-        Sequential tests work on t_k = ℓ_k(θ') − ℓ_k(θ) − (q_k(θ') − q_k(θ)) with the
-        Taylor sums added exactly (False: t_k = ℓ_k(θ') − ℓ_k(θ)).
-    range_bound : callable or "empirical", required for test="confidence"
-        ``range_bound(theta, theta_prop) -> C`` with C ≥ max_k |t_k| (e.g.
-        :func:`~pymc_subsample.kernels.mh_tests.logistic_range_bound` for logistic
-        regression, a rigorous bound), or "empirical": a heuristic from the N rows at 8 Laplace
-        draws that assumes the remainder scales like a Taylor remainder, which voids the δ
-        guarantee (:func:`~pymc_subsample.kernels.mh_tests.confidence.empirical_range_bound`).
-        A callable with a ``proxy_order`` attribute (as ``logistic_range_bound`` returns) must
-        have been built for the terms read — the same ``proxy_order``, or None/0 when
-        ``use_proxy=False`` — else a ValueError says what to change. At run time, a term
-        read with |t_k| > C warns once (UserWarning): the bound is wrong and δ is void.
+    control_variates : bool, default True
+        Sequential tests work on t_k = ℓ_k(θ') − ℓ_k(θ) − (q_k(θ') − q_k(θ)), q_k the Taylor
+        proxy at θ*, with Σ_k q_k(θ') − q_k(θ) added exactly (Bardenet, Doucet & Holmes 2017,
+        §7); False: t_k = ℓ_k(θ') − ℓ_k(θ), the seeds' plain tests.
+    range_bound : None, "glm", "empirical" or callable (test="confidence")
+        C(θ, θ') ≥ max_k |t_k|. None (default): "glm" where the observed family tabulates
+        derivative bounds (Bernoulli-logit, Normal with known σ), else a ValueError before any
+        set-up. "glm": the Taylor-remainder bound of
+        :func:`~pymc_subsample.kernels.mh_tests.glm_taylor_range_bound`, rigorous, from one pass
+        over the rows. "empirical": a heuristic that voids the δ guarantee
+        (:func:`~pymc_subsample.kernels.mh_tests.confidence.empirical_range_bound`). A callable
+        ``(theta, theta_prop) -> C`` with a ``proxy_order`` attribute (as
+        :func:`~pymc_subsample.kernels.mh_tests.logistic_range_bound` returns) must be built
+        for the terms read, else a ValueError; a term read above C warns once (δ is void).
     target_accept : float, default 0.234
         Tuning target (optimal for random walks in high dimension; about 0.44 is optimal
         for d = 1). Barker's test accepts less than MH by construction.
@@ -196,23 +197,32 @@ class SubsampleMH(SubsampleStep):
 
     def __init__(self, vars=None, *, test="pseudo-marginal", subsample_size=None, proposal="laplace",
                  scale=None, error=0.01, num_blocks=100, model=None, center=None, proxy_order=2,
-                 use_proxy=True, range_bound=None, target_accept=0.234, adapt_scale=True,
+                 control_variates=True, range_bound=None, target_accept=0.234, adapt_scale=True,
                  importance_probs=None, init_at_center=True, thin=None, chunk_size=DEFAULT_CHUNK_SIZE,
                  **kwargs):
         self.test = accept_test_class(test).name  # an unknown name: a ValueError before all else
-        _check_step_arguments(proposal, scale, target_accept)
+        if "use_proxy" in kwargs:
+            raise TypeError("SubsampleMH's use_proxy is named control_variates (the same meaning: "
+                            "True tests the proxy-corrected differences with the proxy sums added exactly).")
+        check_step_arguments(proposal, scale, target_accept)
         thin = None if thin is None else check_positive(thin, "thin", integer=True)
+        if self.test == "confidence" and range_bound is None:
+            range_bound = default_range_bound(model, check_proxy_order(proxy_order), bool(control_variates))
         self._options = AcceptOptions(
-            subsample_size=subsample_size, error=error, num_blocks=num_blocks, use_proxy=bool(use_proxy),
-            proxy_order=proxy_order, range_bound=range_bound, importance_probs=importance_probs,
-            chunk_size=int(chunk_size))
+            subsample_size=subsample_size, error=error, num_blocks=num_blocks,
+            control_variates=bool(control_variates), proxy_order=proxy_order, range_bound=range_bound,
+            importance_probs=importance_probs, chunk_size=int(chunk_size))
         super().__init__(vars, model=model, center=center, proxy_order=proxy_order,
                          chunk_size=chunk_size, **kwargs)
         laplace_chol, self.proposal_chol, scale = initial_proposal(self.target.laplace_precision(), proposal,
                                                                    scale)
+        if self.test == "confidence" and range_bound == "glm":
+            bound = glm_range_bound(self.tall, self.proxy, laplace_chol, self._options.control_variates,
+                                    self._options.chunk_size)
+            self.accept_test = replace(self.accept_test, range_bound=bound)
         # the test with what needs the set-up: the confidence sampler's empirical bound
         self.accept_test = self.accept_test.prepare(self.target, laplace_chol)
-        self.error, self.use_proxy = None if error is None else float(error), bool(use_proxy)
+        self.error, self.control_variates = None if error is None else float(error), bool(control_variates)
         self.is_exact, self.subsample_size = self.accept_test.is_exact, self.accept_test.subsample_size
         self.target_accept, self.adapt_scale = float(target_accept), bool(adapt_scale)
         self.init_at_center = bool(init_at_center)
@@ -332,12 +342,23 @@ class SubsampleMH(SubsampleStep):
                   "whose gradient-based moves mix faster.")
 
     def run_checks(self):
-        """ESS, acceptance after warm-up and, for the pseudo-marginal test, the mean σ̂²."""
+        """ESS, acceptance and the mean batch (above N/4: as costly as full-data MH) after warm-up and,
+        for the pseudo-marginal test, the mean σ̂².
+        """
         checks = super().run_checks() + [mean_check(
             "accept", "accepted_fraction", lambda v: v < 0.05,
             f"SubsampleMH ({self.test}): {{value:.1%}} of proposals were accepted after warm-up; the "
             "chain barely moves. Lengthen tuning, lower `scale`, or (pseudo-marginal) raise "
             "subsample_size.")]
+        n_rows = self.tall.n_rows
+        if not self.is_exact:
+            # the rows read per decision; the exact test reads N by design
+            checks.append(mean_check(
+                "batch", "batch_size", lambda v: v > n_rows / 4,
+                f"SubsampleMH ({self.test}): the mean batch after warm-up is {{value:.0f}} rows, above "
+                f"N/4 = {n_rows / 4:.0f}: this test is as costly as full-data MH here. Keep "
+                "control_variates=True, pass a center nearer the posterior mode or raise proxy_order; "
+                "with test='barker', error=None or a larger error stops earlier."))
         if ACCEPT_TESTS[self.test].reports_sigma2:
             checks.append(mean_check(
                 "variance", "loglik_var", lambda v: v > 3.0,
@@ -361,32 +382,3 @@ class SubsampleMH(SubsampleStep):
         if ACCEPT_TESTS[self.test].reports_sigma2 and sigma2 > 3.0:
             warn_poor(f"SubsampleMH pseudo-marginal: σ̂² = {sigma2:.2f} at the end of tuning, "
                       "far above the target ≈ 1; raise subsample_size or proxy_order.")
-
-
-def adapted_thin(warmup_draws, thin, default_thin, since=0) -> int:
-    """Moves per draw after warm-up from the warm-up draws ``warmup_draws`` (each ``thin`` moves
-    apart) of the kernel that samples on: those from draw ``since`` on (the proposal's last change)
-    where they are fewer than the last half yet at least :data:`THIN_MIN_DRAWS`, else the last half.
-    ``thin`` where their τ̂ = draws / min ESS is at most :data:`THIN_TAU_LIMIT` or where there
-    are fewer than THIN_MIN_DRAWS of them, else ⌈thin·τ̂ / THIN_TAU_TARGET⌉, at most
-    THIN_GROWTH_LIMIT × ``default_thin``.
-    """
-    k = len(warmup_draws)
-    start = max(k // 2, since) if k - since >= THIN_MIN_DRAWS else k // 2
-    draws = np.asarray(warmup_draws[start:], dtype=float)
-    if len(draws) < THIN_MIN_DRAWS:
-        return thin
-    tau = 1.0 / max(min_ess_fraction(draws), 1.0 / len(draws))  # nan (constant draws): kept
-    if not tau > THIN_TAU_LIMIT:
-        return thin
-    return int(min(math.ceil(thin * tau / THIN_TAU_TARGET), THIN_GROWTH_LIMIT * default_thin))
-
-
-def _check_step_arguments(proposal, scale, target_accept):
-    """The proposal's arguments, before any set-up."""
-    if proposal not in PROPOSALS:
-        raise ValueError(f"Unknown proposal {proposal!r}; choose 'laplace' or 'random-walk'.")
-    if not 0 < target_accept < 1:
-        raise ValueError(f"target_accept must be in (0, 1); got {target_accept!r}.")
-    if scale is not None and not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive number; got {scale!r}.")

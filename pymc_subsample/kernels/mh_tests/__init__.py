@@ -17,12 +17,19 @@ from pymc_subsample.kernels.mh_tests.barker import (
     BARKER_MIN_CONSTANT,
     Barker,
     barker_clt_error,
+    barker_smoothed_error,
     barker_test,
     correction_distribution,
     correction_error,
     sample_correction,
 )
-from pymc_subsample.kernels.mh_tests.confidence import Confidence, confidence_test, logistic_range_bound
+from pymc_subsample.kernels.mh_tests.confidence import (
+    Confidence,
+    confidence_test,
+    glm_taylor_range_bound,
+    linear_predictor_bound,
+    logistic_range_bound,
+)
 from pymc_subsample.kernels.mh_tests.exact import Exact
 from pymc_subsample.kernels.mh_tests.pseudo_marginal import PseudoMarginal, pseudo_marginal_test
 from pymc_subsample.kernels.mh_tests.shared import (
@@ -48,12 +55,15 @@ __all__ = [
     "accept_test_class",
     "austerity_test",
     "barker_clt_error",
+    "barker_smoothed_error",
     "barker_test",
     "confidence_test",
     "correction_distribution",
     "correction_error",
     "exact_barker_test",
     "exact_mh_test",
+    "glm_taylor_range_bound",
+    "linear_predictor_bound",
     "logistic_range_bound",
     "look_level",
     "make_accept_test",
@@ -90,8 +100,9 @@ def make_accept_test(name, n_rows, options: AcceptOptions) -> AcceptTest:
                               or not 0 < error < 1):
         raise ValueError(f"error must be a probability strictly between 0 and 1 (e.g. 0.01); got {error!r}.")
     bound = options.range_bound
-    if bound is not None and not callable(bound) and not (isinstance(bound, str) and bound == "empirical"):
-        raise ValueError("range_bound must be a callable (theta, theta_prop) -> C or 'empirical'.")
+    named = isinstance(bound, str) and bound in ("empirical", "glm")
+    if bound is not None and not callable(bound) and not named:
+        raise ValueError("range_bound must be a callable (theta, theta_prop) -> C, 'glm' or 'empirical'.")
     probs = options.importance_probs
     options = dataclasses.replace(options, error=None if error is None else float(error),
                                   importance_probs=None if probs is None else check_probs(probs, n_rows))

@@ -24,6 +24,7 @@ __all__ = [
     "BARKER_MIN_CONSTANT",
     "Barker",
     "barker_clt_error",
+    "barker_smoothed_error",
     "barker_test",
     "correction_distribution",
     "correction_error",
@@ -98,7 +99,45 @@ def barker_clt_error(values) -> float:
     return float(6.4 * np.mean(z**3) + 2.0 * np.mean(z)) / math.sqrt(b)
 
 
-def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
+#: sup_x |φ''(x)| = φ(0) = 1/√(2π), φ the standard normal density
+_PHI0 = 1.0 / math.sqrt(2.0 * math.pi)
+#: E|Z|³ = 2√(2/π) for Z ~ N(0, 1)
+_NORMAL_ABS3 = 2.0 * math.sqrt(2.0 / math.pi)
+
+
+def barker_smoothed_error(values, n_rows, sigma2) -> float:
+    r"""A bound on Seita et al.'s acceptance-probability error that shrinks with σ²(Δ*), for small σ².
+
+    The test accepts iff Δ + W + V > 0, W = Δ* − Δ (mean 0, variance σ²) and V = X_nc + X_corr,
+    X_nc ~ N(0, 1 − σ²); with G ~ N(0, σ²) in place of W, G + V is the logistic (up to
+    :func:`correction_error`). For h(w) = P(V ≤ y − w), Taylor's theorem to second order with the
+    first two moments of W and G equal (Lindeberg's replacement step) gives
+
+    .. math:: \sup_y |P(W + V ≤ y) − P(G + V ≤ y)| ≤ rac{\sup|p_V''|}{6} (E|W|³ + E|G|³),
+
+    and p_V = φ_{1−σ²} * P_{X_corr} has sup|p_V''| ≤ sup|φ''_{1−σ²}| = φ(0)/(1 − σ²)^{3/2}.
+    E|G|³ = 2√(2/π) σ³; E|W|³ ≤ (E W⁴)^{3/4} ≤ σ_r³ (3 + κ/b)^{3/4} for the mean of b rows drawn
+    with replacement (σ_r² = N² s²/b, κ = m₄/s⁴ the kurtosis of the t_k), which bounds the draw
+    without replacement (Hoeffding 1963, Theorem 4, for the convex |·|³). Where the proxy makes
+    σ² ≪ 1 this is of order σ³, far below Seita et al.'s Berry-Esseen bound, which stays ≥ 8.4/√b
+    however small σ² is. Like theirs, it plugs in the moments of the b rows read: a minibatch that
+    has missed rare extreme rows underestimates s², κ and so the bound
+    (``tests/test_mh_audit.py``, the spiky population).
+    """
+    values = np.asarray(values, float)
+    b = values.size
+    if not 0.0 <= sigma2 < 1.0 or b < 2:
+        return math.inf
+    mean, var = mean_var(values)
+    if var <= 0.0:
+        return 0.0
+    kurtosis = float(np.mean((values - mean) ** 4)) / var**2
+    sigma_r = n_rows * math.sqrt(var / b)
+    third = sigma_r**3 * (3.0 + kurtosis / b) ** 0.75 + _NORMAL_ABS3 * sigma2**1.5
+    return _PHI0 / (6.0 * (1.0 - sigma2) ** 1.5) * third
+
+
+def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None, smoothed=True):
     """Minibatch Barker test of Seita et al. (Seita et al. 2017, "Algorithm").
 
     Grow a without-replacement minibatch by ``batch_size`` rows until (Seita et al. 2017,
@@ -107,8 +146,9 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
     * the variance of Δ* = offset + N t̄, estimated as σ² = N² s²/b (1 − b/N), is below 1,
       and
     * the bound on the acceptance-probability error, ε_b = (6.4 E|Z|³ + 2 E|Z|)/√b
-      (:func:`barker_clt_error`, Seita et al. 2017 "Bounding acceptance probability error") plus the
-      correction distribution's own CDF error (:func:`correction_error`), is below δ =
+      (:func:`barker_clt_error`, Seita et al. 2017 "Bounding acceptance probability error"), or,
+      where smaller and ``smoothed``, the bound of :func:`barker_smoothed_error`, of order σ³,
+      plus the correction distribution's own CDF error (:func:`correction_error`), is below δ =
       ``error``;
 
     then accept iff Δ* + X_nc + X_corr > 0 with X_nc ~ N(0, 1 − σ²) and X_corr from the
@@ -135,6 +175,10 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
         (Gaussian terms: about (11.8/δ)²), e.g. δ = 0.01 needs b > 705,600. None: the
         variance criterion only, with no control of the error (the paper's first version,
         "Precomputing correction distribution").
+    smoothed : bool, default True
+        Also use :func:`barker_smoothed_error` and stop on the smaller of the two bounds. With
+        control variates σ²(Δ*) is small after a few hundred rows and δ = 0.01 is met there;
+        False: Seita et al.'s bound alone, which needs b > (8.4/δ)² rows whatever σ².
 
     Returns
     -------
@@ -163,13 +207,20 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None):
             bound = math.nan
             break
         else:
-            bound = barker_clt_error(values) + eps_corr
+            clt = barker_clt_error(values)
+            smooth = barker_smoothed_error(values, n_rows, sigma2) if smoothed else math.inf
+            bound = min(clt, smooth) + eps_corr
             if bound < error:
                 break
-            # ε_b ∝ 1/√b at fixed moments: the size at which the bound would reach δ; a δ
-            # below the correction's own error is met only by the exact test (b = N)
-            needed = (max(needed, math.ceil(b * ((bound - eps_corr) / (error - eps_corr)) ** 2))
-                      if error > eps_corr else n_rows)
+            if error <= eps_corr:  # met only by the exact test (b = N)
+                needed = n_rows
+            else:
+                # ε_b ∝ 1/√b and the smoothed bound ∝ σ³ ∝ b^{-3/2} at fixed moments: the size at
+                # which the first of them would reach δ
+                room = error - eps_corr
+                sizes = [b * (clt / room) ** 2] + ([b * (smooth / room) ** (2.0 / 3.0)]
+                                                   if math.isfinite(smooth) else [])
+                needed = max(needed, math.ceil(min(sizes)))
         target = min(needed, n_rows)
     x_nc = rng.normal(0.0, math.sqrt(1.0 - sigma2))
     accept = delta + x_nc + sample_correction(u) > 0
@@ -183,26 +234,22 @@ class Barker(SequentialTest):
     1/(1 + e^{−Δ}), not MH's.
     """
 
+    smoothed: bool = True
+
     name: ClassVar[str] = "barker"
     error_optional: ClassVar[bool] = True
 
     @classmethod
     def configure(cls, n_rows, options):
         error = options.error
-        if error is not None:
-            # Seita et al.'s (2017) bound is ≥ 8.4/√b for any terms (BARKER_MIN_CONSTANT)
-            floor = BARKER_MIN_CONSTANT / math.sqrt(max(n_rows - 1, 1)) + correction_error()
-            if error <= floor:
-                warnings.warn(
-                    f"SubsampleMH(test='barker', error={error:g}): Seita et al.'s bound on the "
-                    "acceptance-probability error, (6.4 E|Z|³ + 2 E|Z|)/√b at b rows, is at least "
-                    f"8.4/√b and stays above error until b = N = {n_rows}, so every step reads all N rows "
-                    f"(the exact Barker test). To subsample, raise error above {floor:.3g} (about "
-                    "(12/error)² rows are read for Gaussian-like terms, more for heavy-tailed ones), or "
-                    "pass error=None to stop as soon as σ²(Δ*) < 1, without control of the error.",
-                    UserWarning, stacklevel=2)
+        if error is not None and error <= correction_error():
+            warnings.warn(
+                f"SubsampleMH(test='barker', error={error:g}): error is at most the correction "
+                f"distribution's own error {correction_error():.2g}, so every step reads all N = {n_rows} "
+                "rows (the exact Barker test). Raise error, or pass error=None to stop as soon as "
+                "σ²(Δ*) < 1, without control of the error.", UserWarning, stacklevel=2)
         return super().configure(n_rows, options)
 
     def run(self, rng, u, move, offset, proxied):
         return barker_test(row_differences(move, proxied), move.target.n_rows, offset, u, rng,
-                           batch_size=self.subsample_size, error=self.error)
+                           batch_size=self.subsample_size, error=self.error, smoothed=self.smoothed)

@@ -22,6 +22,8 @@ __all__ = [
     "check_bound_order",
     "confidence_test",
     "empirical_range_bound",
+    "glm_taylor_range_bound",
+    "linear_predictor_bound",
     "logistic_range_bound",
 ]
 
@@ -89,7 +91,7 @@ def logistic_range_bound(X, center, proxy_order=2):
     callable
         ``bound(theta, theta_prop) -> C``, with attribute ``proxy_order`` (the order it was
         built for, None for no proxy) that :class:`~pymc_subsample.SubsampleMH` checks
-        against its own ``proxy_order`` / ``use_proxy``.
+        against its own ``proxy_order`` / ``control_variates``.
     """
     radius = float(np.max(np.linalg.norm(np.asarray(X, float), axis=1)))
     center = np.asarray(center, float)
@@ -114,11 +116,86 @@ def logistic_range_bound(X, center, proxy_order=2):
     return bound
 
 
-def check_bound_order(bound, proxy_order, use_proxy):
+def linear_predictor_bound(radius, box=None, laplace_radius=None, inv_chol=None):
+    """``U(v) ≥ max_k |J_kᵀv|`` for every v, from what one pass over the rows gives: the smallest of
+    ρ ||v|| (ρ = ``radius`` = max_k ||J_k||), Σ_j c_j |v_j| (c = ``box``, c_j = max_k |J_kj|) and
+    ρ_L ||L⁻¹v|| (ρ_L = ``laplace_radius`` = max_k ||LᵀJ_k||, ``inv_chol`` = L⁻¹), each a
+    Cauchy-Schwarz or triangle bound; the smallest holds too.
+    """
+    radius = float(radius)
+    box = None if box is None else np.asarray(box, float)
+    inv = None if inv_chol is None else np.asarray(inv_chol, float)
+    values = [radius, *([] if box is None else box), *([] if laplace_radius is None else [laplace_radius])]
+    if not all(math.isfinite(x) and x >= 0 for x in values):
+        raise ValueError(f"the radii of the rows must be finite and non-negative; got {values!r}.")
+
+    def bound(v):
+        v = np.asarray(v, float)
+        out = radius * float(np.linalg.norm(v))
+        if box is not None:
+            out = min(out, float(box @ np.abs(v)))
+        if inv is not None:
+            out = min(out, float(laplace_radius) * float(np.linalg.norm(inv @ v)))
+        return out
+
+    return bound
+
+
+def glm_taylor_range_bound(eta_bound, center, derivative_bound, proxy_order):
+    r"""Range bound C(θ, θ') ≥ max_k |t_k| for GLM rows ℓ_k = f(y_k, η_k), η_k = a_k + J_kᵀθ.
+
+    The default bound of ``SubsampleMH(test="confidence")`` where the model is a GLM whose family
+    tabulates M_j ≥ sup |∂ʲf/∂ηʲ| (:attr:`pymc_subsample.families.Family.derivative_bounds`).
+    ``eta_bound(v) ≥ max_k |J_kᵀv|`` (:func:`linear_predictor_bound`); A = U(θ − θ*),
+    B = U(θ' − θ*), H = U(θ' − θ):
+
+    * plain differences (``proxy_order`` None or 0): |f(η') − f(η)| ≤ M₁ |η' − η|, so C = M₁ H;
+    * remainders of the order-r Taylor proxy at θ* (r = 1, 2), t_k = g_k(η_k') − g_k(η_k) with
+      g_k = f − T_r f(·; η_k*): Taylor's remainder |g_k(η)| ≤ M_{r+1}/(r+1)! |η − η*|^{r+1}
+      gives C₁ = M_{r+1}/(r+1)! (A^{r+1} + B^{r+1}), the bound of Bardenet, Doucet & Holmes
+      (2017, §7.2) for Taylor proxies; the mean-value theorem with |g_k'(s)| ≤ M_{r+1}/r!
+      |s − η*|^r gives C₂ = M_{r+1}/r! H max(A, B)^r. C = min(C₁, C₂): both hold.
+
+    The proxy's sum is added exactly, so the concentration inequality of :func:`confidence_test`
+    applies to these t_k with range 2C, and δ keeps its meaning. Valid only for a proxy that is
+    the Taylor expansion in θ at ``center`` of rows whose η is affine in θ (the step checks it).
+
+    Returns
+    -------
+    callable
+        ``bound(theta, theta_prop) -> C`` with attribute ``proxy_order`` (None for plain
+        differences), as :func:`check_bound_order` reads it.
+    """
+    order = None if proxy_order in (None, 0) else int(proxy_order)
+    if order not in (None, 1, 2):
+        raise ValueError(f"proxy_order must be None, 0, 1 or 2; got {proxy_order!r}.")
+    m = float(derivative_bound)
+    if not (math.isfinite(m) and m >= 0):
+        raise ValueError(f"derivative_bound must be finite and non-negative; got {m!r}.")
+    center = np.asarray(center, float)
+
+    if order is None:
+        def bound(theta, theta_prop):
+            return m * eta_bound(np.asarray(theta_prop, float) - np.asarray(theta, float))
+    else:
+        r = order + 1
+        whole, slope = m / math.factorial(r), m / math.factorial(order)
+
+        def bound(theta, theta_prop):
+            theta, theta_prop = np.asarray(theta, float), np.asarray(theta_prop, float)
+            a, b = eta_bound(theta - center), eta_bound(theta_prop - center)
+            h = eta_bound(theta_prop - theta)
+            return min(whole * (a**r + b**r), slope * h * max(a, b) ** order)
+
+    bound.proxy_order = order
+    return bound
+
+
+def check_bound_order(bound, proxy_order, control_variates):
     """A range bound that declares the proxy order it was built for must match the terms read.
 
     The confidence sampler's terms are remainders t_k of the order-r proxy, or plain
-    differences of ℓ_k without a proxy (use_proxy=False or order 0, whose constant proxy
+    differences of ℓ_k without a proxy (control_variates=False or order 0, whose constant proxy
     cancels). A bound for another order does not bound them (Alquier's ISS slides). Bounds without
     a ``proxy_order`` attribute cannot be checked here; the run-time check still applies.
     """
@@ -126,13 +203,14 @@ def check_bound_order(bound, proxy_order, use_proxy):
     if not hasattr(bound, "proxy_order") or proxy_order not in (0, 1, 2):
         return
     declared = bound.proxy_order
-    terms = proxy_order if use_proxy and proxy_order > 0 else None
+    terms = proxy_order if control_variates and proxy_order > 0 else None
     if declared == terms or (terms is None and declared in (None, 0)):
         return
-    what = (f"remainders of an order-{terms} proxy (proxy_order={terms}, use_proxy=True)"
-            if terms is not None else "plain differences ℓ_k(θ') − ℓ_k(θ) (use_proxy=False or proxy_order=0)")
-    fix = (f"set proxy_order={declared}" + ("" if use_proxy else " and use_proxy=True")
-           if declared not in (None, 0) else "set use_proxy=False")
+    what = (f"remainders of an order-{terms} proxy (proxy_order={terms}, control_variates=True)"
+            if terms is not None
+            else "plain differences ℓ_k(θ') − ℓ_k(θ) (control_variates=False or proxy_order=0)")
+    fix = (f"set proxy_order={declared}" + ("" if control_variates else " and control_variates=True")
+           if declared not in (None, 0) else "set control_variates=False")
     raise ValueError(
         f"range_bound was built for proxy order {declared} (its proxy_order attribute), but the "
         f"confidence sampler reads {what}: the bound does not bound these terms, so δ would mean "
@@ -140,7 +218,7 @@ def check_bound_order(bound, proxy_order, use_proxy):
         f"proxy_order={terms})), or {fix}.")
 
 
-def empirical_range_bound(target, chol, use_proxy, chunk_size):
+def empirical_range_bound(target, chol, control_variates, chunk_size):
     """Heuristic C(θ, θ') from the full data at 8 Laplace draws (``range_bound="empirical"``).
 
     C = 2 · max over the N rows and the draws θ = θ* + 2Lz of |ℓ_k − q_k| / ||2z||^{r+1}, times
@@ -151,7 +229,7 @@ def empirical_range_bound(target, chol, use_proxy, chunk_size):
     tall, proxy = target.tall, target.proxy
     chol = chol if chol is not None else np.eye(tall.ndim)
     inv = np.linalg.inv(chol)
-    center, power = proxy.center, (proxy.order + 1 if use_proxy else 1)
+    center, power = proxy.center, (proxy.order + 1 if control_variates else 1)
     rng = np.random.default_rng(0)
     worst = 0.0
     for _ in range(8):
@@ -159,21 +237,21 @@ def empirical_range_bound(target, chol, use_proxy, chunk_size):
         theta = center + 2.0 * chol @ z
         for start in range(0, tall.n_rows, chunk_size):
             batch = tall.row_slice(start, min(start + chunk_size, tall.n_rows))
-            if use_proxy:
+            if control_variates:
                 rem = target.differences(theta, batch)
             else:  # Lipschitz-type constant of ℓ_k along the draw
                 rem = tall.loglik_rows(theta, batch) - tall.loglik_rows(center, batch)
             worst = max(worst, float(np.max(np.abs(rem))) / float(np.linalg.norm(2.0 * z)) ** power)
 
     def bound(theta, theta_prop):
-        if not use_proxy:
+        if not control_variates:
             return 2.0 * worst * float(np.linalg.norm(inv @ (theta_prop - theta)))
         a = np.linalg.norm(inv @ (theta - center)) ** power
         b = np.linalg.norm(inv @ (theta_prop - center)) ** power
         return 2.0 * worst * float(a + b)
 
     # built for the terms the sampler reads (see check_bound_order)
-    bound.proxy_order = proxy.order if use_proxy and proxy.order > 0 else None
+    bound.proxy_order = proxy.order if control_variates and proxy.order > 0 else None
     return bound
 
 
@@ -196,20 +274,23 @@ class Confidence(SequentialTest):
         if bound is None:
             raise ValueError(
                 "test='confidence' needs a bound C(θ, θ') on max_k |t_k| for its concentration "
-                "inequality, and none can be derived for a general model. Pass "
-                "range_bound=callable(theta, theta_prop) (e.g. "
-                "pymc_subsample.kernels.mh_tests.logistic_range_bound(X, center) for logistic "
-                "regression) or range_bound='empirical' (heuristic), or use another test."
+                "inequality. The step derives one (range_bound='glm') for a GLM whose family tabulates "
+                "derivative bounds (Bernoulli-logit; Normal with known σ); for other models pass "
+                "range_bound=callable(theta, theta_prop) or range_bound='empirical' (heuristic), or use "
+                "another test."
             )
         if callable(bound):
-            check_bound_order(bound, options.proxy_order, options.use_proxy)
-        return cls(look_size(n_rows, options.subsample_size), options.error, options.use_proxy,
+            check_bound_order(bound, options.proxy_order, options.control_variates)
+        return cls(look_size(n_rows, options.subsample_size), options.error, options.control_variates,
                    range_bound=bound, chunk_size=int(options.chunk_size))
 
     def prepare(self, target, laplace_chol):
         if callable(self.range_bound):
             return self
-        return replace(self, range_bound=empirical_range_bound(target, laplace_chol, self.use_proxy,
+        if self.range_bound == "glm":
+            raise ValueError("range_bound='glm' is derived by SubsampleMH from the model's GLM view "
+                             "(glm_taylor_range_bound); pass the callable it returns to this test.")
+        return replace(self, range_bound=empirical_range_bound(target, laplace_chol, self.control_variates,
                                                                  self.chunk_size))
 
     def run(self, rng, u, move, offset, proxied):
@@ -226,7 +307,7 @@ class Confidence(SequentialTest):
         if self._warned or not observed > bound * (1.0 + 1e-9):
             return
         self._warned = True
-        terms = (f"remainders of the order-{order} proxy (proxy_order={order}, use_proxy=True)"
+        terms = (f"remainders of the order-{order} proxy (proxy_order={order}, control_variates=True)"
                  if order is not None else "differences ℓ_k(θ') − ℓ_k(θ) (no proxy)")
         ratio = observed / bound if bound > 0 else math.inf
         warnings.warn(

@@ -153,7 +153,7 @@ class AcceptOptions:
     subsample_size: int | None
     error: float | None
     num_blocks: int
-    use_proxy: bool
+    control_variates: bool
     proxy_order: int
     range_bound: Any
     importance_probs: np.ndarray | None
@@ -252,30 +252,37 @@ class AcceptTest(ABC):
 @dataclass
 class SequentialTest(AcceptTest):
     """A test that reads rows until its decision is sure enough (El hanchi 2019 §3.1): it works on
-    the terms t_k, the proxy's remainders (``use_proxy``) or the plain differences of ℓ_k, with
+    the terms t_k, the proxy's remainders (``control_variates``) or the plain differences of ℓ_k, with
     the exact part of Δ in ``offset``; each subclass's :meth:`run` decides.
     """
 
     error: float | None = 0.01
-    use_proxy: bool = True
+    control_variates: bool = True
     #: points at which ℓ_k is evaluated per row read: θ and θ′ (a two-sample row: one of them)
     points: ClassVar[int] = 2
 
     @classmethod
     def configure(cls, n_rows, options):
-        return cls(look_size(n_rows, options.subsample_size), options.error, options.use_proxy)
+        return cls(look_size(n_rows, options.subsample_size), options.error, options.control_variates)
 
     def decide(self, rng, u, move, current):
-        proxy = move.target.proxy
-        proxied = self.use_proxy and proxy.order > 0  # an order-0 proxy cancels from t_k
-        offset = move.log_prior_p - move.log_prior
-        if proxied:
-            offset += proxy.sum_value_and_grad(move.theta_p)[0] - proxy.sum_value_and_grad(move.theta)[0]
-        accept, rows, info = self.run(rng, u, move, offset, proxied)
+        proxied = self.control_variates and move.target.proxy.order > 0  # an order-0 proxy cancels from t_k
+        accept, rows, info = self.run(rng, u, move, self.exact_part(move, proxied), proxied)
         # ℓ_k at each point, and ℓ_k(θ*) for the proxy's terms
         evals = (self.points + proxied) * rows
         return accept, {"accept": float(accept), "batch_size": rows, "n_loglik_evals": evals,
                         "loglik_var": info["loglik_var"]}, None
+
+    def exact_part(self, move, proxied) -> float:
+        """The part of Δ computed exactly: the log prior ratio and, with control variates, the proxy
+        sums Σ_k q_k(θ') − Σ_k q_k(θ) (Bardenet, Doucet & Holmes 2017, §7), without which the t_k
+        (remainders) do not add up to Δ.
+        """
+        offset = move.log_prior_p - move.log_prior
+        if proxied:
+            proxy = move.target.proxy
+            offset += proxy.sum_value_and_grad(move.theta_p)[0] - proxy.sum_value_and_grad(move.theta)[0]
+        return offset
 
     @abstractmethod
     def run(self, rng, u, move, offset, proxied) -> tuple[bool, int, dict]:

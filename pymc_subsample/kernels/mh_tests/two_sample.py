@@ -98,7 +98,7 @@ class TwoSample(SequentialTest):
 
     @classmethod
     def configure(cls, n_rows, options):
-        return cls(look_size(n_rows, options.subsample_size), options.error, options.use_proxy,
+        return cls(look_size(n_rows, options.subsample_size), options.error, options.control_variates,
                    probs=options.importance_probs)
 
     def run(self, rng, u, move, offset, proxied):
