@@ -24,10 +24,17 @@ step's test object with ``per_look=True``) and for Barker at error=None (stop at
 δ ∈ {0.3, 0.01}; then, on the K steps of an exact-MH chain with the same proposal, how
 often each t-test rule at ε = 0.01 decides differently from exact MH on the same uniform.
 
+With ``--pairs K`` it also runs ``pms.SubsampleMH``'s four sequential tests, with and without
+control variates, on K fixed moves (θ, θ′, u) of a logistic regression (N = 20,000, d = 3, the
+set-up of ``tests/test_mh_error_rates.py``) beside the exact full-data decision on the same uniform
+(:mod:`pymc_subsample.diagnostics.mh_decisions`): for the MH tests log u within 0.5 of Δ (hard
+decisions) and the fraction of decisions that differ; for Barker, uniform u and mean(accept) −
+mean S(Δ), which its δ bounds.
+
 Usage::
 
     python benchmarks/mh_error_rates.py [--n-rows 1000] [--decisions 2000] [--rel 0.05,0.5]
-        [--mnist-iters 1000] [--data ../shared/data/mnist]
+        [--mnist-iters 1000] [--data ../shared/data/mnist] [--pairs 300] [--level 0.05]
 """
 
 from __future__ import annotations
@@ -159,6 +166,38 @@ def mnist_costs(data, iters):
               f"{rate:.4f} ± {math.sqrt(rate * (1 - rate) / iters):.4f} | {total / iters / n:.3f} |")
 
 
+def pair_rates(count, level, near=0.5):
+    """The decision errors of the four sequential tests on ``count`` fixed moves, with and without
+    control variates (``tests/test_mh_error_rates.py`` asserts them)."""
+    import pymc as pm
+
+    from pymc_subsample.diagnostics.mh_decisions import decision_errors, laplace_moves
+    from pymc_subsample.step_methods.subsample_mh import SubsampleMH
+
+    rng = np.random.default_rng(5)
+    n = 20_000
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, 2))])
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-X @ np.array([-0.5, 1.0, -1.5])))).astype(float)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ beta, observed=y)
+    print(f"\n{count} fixed moves, logistic regression N = {n}, d = 3, error = {level}")
+    print("| test | control variates | error rate (Barker: mean accept − mean S(Δ)) | mean rows / N "
+          "| time (s) |")
+    print("|---|---|---|---|---|")
+    for test in ("austerity", "confidence", "two-sample", "barker"):
+        for control_variates in (True, False):
+            start = time.perf_counter()
+            with model:
+                step = SubsampleMH(test=test, error=level, control_variates=control_variates,
+                                   progressbar=False)
+            moves = laplace_moves(step, count, seed=3)
+            result = decision_errors(step, moves, seed=4, near=None if test == "barker" else near)
+            value = result.barker_deviation if test == "barker" else result.error_rate
+            print(f"| {test} | {control_variates} | {value:+.3f} | {result.rows.mean() / n:.3f} | "
+                  f"{time.perf_counter() - start:.1f} |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-rows", type=int, default=1000)
@@ -166,6 +205,8 @@ def main():
     parser.add_argument("--rel", default="0.05,0.5", help="comma-separated sd of the gap / σ₁")
     parser.add_argument("--mnist-iters", type=int, default=0, help="0: skip the MNIST cost runs")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "mnist"))
+    parser.add_argument("--pairs", type=int, default=0, help="0: skip the fixed-move runs of SubsampleMH")
+    parser.add_argument("--level", type=float, default=0.05, help="error of the fixed-move runs")
     args = parser.parse_args()
     n, count = args.n_rows, args.decisions
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -190,6 +231,8 @@ def main():
                           f"{rate / eps:.2f} | {rows / n:.3f} | {seconds:.1f} |", flush=True)
     if args.mnist_iters:
         mnist_costs(args.data, args.mnist_iters)
+    if args.pairs:
+        pair_rates(args.pairs, args.level)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pymc_subsample.kernels.mh_tests import (
     ACCEPT_TESTS,
     AcceptOptions,
     Move,
+    SequentialTest,
     accept_test_class,
     make_accept_test,
 )
@@ -342,8 +343,8 @@ class SubsampleMH(SubsampleStep):
                   "whose gradient-based moves mix faster.")
 
     def run_checks(self):
-        """ESS, acceptance and the mean batch (above N/4: as costly as full-data MH) after warm-up and,
-        for the pseudo-marginal test, the mean σ̂².
+        """ESS, acceptance and, for the sequential tests, the mean batch (above N/4: as costly as
+        full-data MH) after warm-up; for the pseudo-marginal test, the mean σ̂².
         """
         checks = super().run_checks() + [mean_check(
             "accept", "accepted_fraction", lambda v: v < 0.05,
@@ -351,8 +352,8 @@ class SubsampleMH(SubsampleStep):
             "chain barely moves. Lengthen tuning, lower `scale`, or (pseudo-marginal) raise "
             "subsample_size.")]
         n_rows = self.tall.n_rows
-        if not self.is_exact:
-            # the rows read per decision; the exact test reads N by design
+        if isinstance(self.accept_test, SequentialTest) and not self.is_exact:
+            # the rows read per decision of a test that stops early (pseudo-marginal: a fixed m)
             checks.append(mean_check(
                 "batch", "batch_size", lambda v: v > n_rows / 4,
                 f"SubsampleMH ({self.test}): the mean batch after warm-up is {{value:.0f}} rows, above "
