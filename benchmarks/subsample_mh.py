@@ -6,7 +6,8 @@
 pseudo-marginal test and ``pms.HMCECS``: the mean batch (rows per decision), the row evaluations
 per ESS (``n_loglik_evals`` of the draws after warm-up over the minimum bulk ESS) and the ESS per
 second of sampling (warm-up included). Runs without control variates read most rows, so they take
-fewer draws (``--plain-draws``); their ESS is then rough, their rows per decision are not.
+fewer draws (``--plain-draws``; their ESS is then rough, their rows per decision are not), or, with
+``--plain-moves K``, are estimated without a chain (:func:`plain_estimate`).
 
 The default mode (no sub-command) is El hanchi's (2019 §3.2 and §5.2.3) MNIST set-up, error against cost:
 
@@ -21,7 +22,8 @@ the mean fraction of the data used per iteration.
 Usage::
 
     python benchmarks/subsample_mh.py control-variates [--n-rows 1000000] [--draws 300]
-        [--plain-draws 40] [--skin ../shared/data/skin] [--tests austerity,confidence,barker,two-sample]
+        [--plain-draws 40 | --plain-moves 100] [--skin ../shared/data/skin] [--skip skin]
+        [--tests austerity,confidence,barker,two-sample]
     python benchmarks/subsample_mh.py [--data ../shared/data/mnist] [--iters 5000]
         [--ref-draws 4000] [--out benchmarks/subsample_mh.png]
 """
@@ -114,8 +116,28 @@ def error_curves(draws, ref_mean, ref_var, every=50):
 SEQUENTIAL = ("austerity", "confidence", "barker", "two-sample")
 
 
+def plain_estimate(model, test, cv_tree, moves, seed=1):
+    """(mean batch, row evaluations per ESS) of ``test`` without control variates, estimated without
+    its chain: its rows per decision on ``moves`` fixed moves proposed as the control-variate
+    chain proposes them (its final scale), times that chain's moves per ESS. Both chains are the
+    same MH chain up to decisions that differ with probability ≤ ε, so they mix alike.
+    """
+    from pymc_subsample.diagnostics.mh_decisions import decision_errors, laplace_moves
+
+    stats = cv_tree["sample_stats"]
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        step = SubsampleMH(test=test, control_variates=False, progressbar=False)
+    scale = float(stats["scale"].values[:, -1].mean())
+    result = decision_errors(step, laplace_moves(step, moves, seed=seed, scale=scale), seed=seed)
+    ess = float(np.min(az.ess(cv_tree, var_names=["beta"])["beta"].values))
+    moves_per_ess = float(stats["moves"].sum()) / ess
+    batch = float(result.rows.mean())
+    return batch, batch * step.accept_test.points * moves_per_ess
+
+
 def cv_run(model, make_step, draws, seed=1):
-    """(mean batch, row evaluations per ESS, ESS/s, min ESS) of one 2-chain run, warm-up = draws."""
+    """(mean batch, row evaluations per ESS, ESS/s, min ESS, tree) of one 2-chain run, warm-up = draws."""
     start = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -128,7 +150,7 @@ def cv_run(model, make_step, draws, seed=1):
     ess = float(np.min(az.ess(tree, var_names=["beta"])["beta"].values))
     batch = float(stats["batch_size"].mean()) if "batch_size" in stats else float("nan")
     evals = float(stats["n_loglik_evals"].sum())
-    return batch, evals / ess, ess / elapsed, ess
+    return batch, evals / ess, ess / elapsed, ess, tree
 
 
 def control_variates_main(argv):
@@ -136,6 +158,9 @@ def control_variates_main(argv):
     parser.add_argument("--n-rows", type=int, default=1_000_000)
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--plain-draws", type=int, default=40)
+    parser.add_argument("--plain-moves", type=int, default=0,
+                        help="> 0: estimate the runs without control variates from this many fixed moves")
+    parser.add_argument("--skip", default="", help="comma-separated data names to leave out (skin)")
     parser.add_argument("--skin", default=str(ROOT.parent / "shared" / "data" / "skin"))
     parser.add_argument("--tests", default=",".join(SEQUENTIAL))
     args = parser.parse_args(argv)
@@ -146,7 +171,7 @@ def control_variates_main(argv):
 
     print(f"pymc {pm.__version__}, {platform.python_version()}, {platform.processor() or platform.machine()}")
     problems = []
-    if Path(args.skin).exists():
+    if Path(args.skin).exists() and "skin" not in args.skip.split(","):
         skin = load_skin(args.skin, standardize=True)
         problems.append(("skin", np.column_stack([np.ones(len(skin.y)), skin.X]), skin.y))
     X, y = logistic_data(args.n_rows, 3, seed=0)
@@ -156,14 +181,20 @@ def control_variates_main(argv):
     for name, X, y in problems:
         model, n = logistic_model(X, y), len(y)
         runs = [(f"{t} cv", lambda t=t: SubsampleMH(test=t), args.draws) for t in tests]
-        runs += [(f"{t} plain", lambda t=t: SubsampleMH(test=t, control_variates=False), args.plain_draws)
-                 for t in tests]
+        if not args.plain_moves:
+            runs += [(f"{t} plain", lambda t=t: SubsampleMH(test=t, control_variates=False),
+                      args.plain_draws) for t in tests]
         runs += [("pseudo-marginal", lambda: SubsampleMH(), args.draws),
                  ("HMCECS", lambda: HMCECS(), args.draws)]
+        trees = {}
         for label, make, draws in runs:
-            batch, per_ess, ess_s, ess = cv_run(model, make, draws)
+            batch, per_ess, ess_s, ess, trees[label] = cv_run(model, make, draws)
             print(f"{name:<18}{label:<26}{batch:>12.0f}{batch / n:>8.2%}{per_ess:>12.3g}{ess_s:>8.2f}"
                   f"{ess:>7.0f}", flush=True)
+        for t in tests if args.plain_moves else ():
+            batch, per_ess = plain_estimate(model, t, trees[f"{t} cv"], args.plain_moves)
+            print(f"{name:<18}{t + ' plain (estimated)':<26}{batch:>12.0f}{batch / n:>8.2%}{per_ess:>12.3g}"
+                  f"{'-':>8}{'-':>7}", flush=True)
 
 
 def main():

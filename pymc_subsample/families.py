@@ -19,7 +19,9 @@ NegativeBinomial(log, logit)  f = log Γ(y + n) − log Γ(n) − log y! − n s
 The first three are also the GLMs of the exact methods (:mod:`pymc_subsample.model.glm`), named by
 :attr:`Family.glm`: their score ∂f/∂η, the bound κ ≥ sup_η |∂²f/∂η²| of the Zig-Zag thinning
 bound (:mod:`pymc_subsample.kernels.zigzag`) and, for the logistic, the Jaakkola-Jordan lower bound
-of Firefly Monte Carlo (:mod:`pymc_subsample.control_variates.firefly_bounds`). The derivatives in η
+of Firefly Monte Carlo (:mod:`pymc_subsample.control_variates.firefly_bounds`), and the bounds
+M_j ≥ sup |∂ʲf/∂ηʲ| (j = 1, 2, 3) of the confidence sampler's default range bound (Bernoulli-logit:
+1, 1/4, 1/(6√3); Poisson: unbounded; Normal with known σ: ∞, 1/σ², 0). The derivatives in η
 that the distributional view and the estimators take (∂_j f, ∂_jl f) come from ``pytensor.grad`` of
 f; only the score, which the NumPy kernels evaluate, is written out.
 

@@ -166,11 +166,14 @@ class SubsampleMH(SubsampleStep):
       ε/(2k²); the measured rates are in ``benchmarks/README.md``);
       the bias grows with ε and is not bounded when the CLT fails (heavy-tailed t_k).
     * confidence (Alquier's ISS slides): each decision is wrong with probability ≤ δ given a valid
-      range bound; the stationary law is within O(δ) in TV of the posterior.
+      range bound (the default "glm" bound is one: Taylor's remainder with the family's
+      derivative bounds); the stationary law is within O(δ) in TV of the posterior.
     * barker (Seita et al. 2017): sup_y |P(accept) − S(Δ − y)| ≤ δ, S the logistic CDF, up to the
-      plug-in estimate of the moments in the bound (Seita et al. 2017, "Bounding acceptance
-      probability error"); the stationary law is within δ/(1 − η) in TV of the posterior
-      for a chain contracting at rate η (Seita et al. 2017, "Bounds stationary distribution").
+      plug-in estimate of the moments in the bounds (Seita et al. 2017, "Bounding acceptance
+      probability error", and the smoothing bound of
+      :func:`~pymc_subsample.kernels.mh_tests.barker_smoothed_error`); the stationary law is
+      within δ/(1 − η) in TV of the posterior for a chain contracting at rate η (Seita et al.
+      2017, "Bounds stationary distribution").
     * exact: full-data MH, the reference (``is_exact`` True, N evaluations per step).
 
     Stats (per draw, over its ``thin`` moves): ``accept`` is the mean of min(1, e^Δ̂) for
