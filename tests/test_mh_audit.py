@@ -281,3 +281,31 @@ def test_run_check_warns_when_the_mean_batch_exceeds_a_quarter_of_the_rows(small
             pm.sample(step=step, draws=100, tune=20, chains=1, random_seed=1, progressbar=False,
                       compute_convergence_checks=False)
         assert not any("as costly as full-data MH" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("proxy_order, control_variates", [(2, True), (1, True), (2, False)])
+def test_default_confidence_bound_bounds_every_term(proxy_order, control_variates):
+    """range_bound='glm' (the default for logistic regression) is ≥ max_k |t_k| over all N rows, at
+    moves up to 3 Laplace sds from the centre, and no larger than logistic_range_bound's."""
+    from pymc_subsample.kernels.mh_tests.shared import row_differences
+
+    X, y = logistic_data(n=2000, d=3, seed=4)
+    with logistic_model(X, y):
+        step = SubsampleMH(test="confidence", proxy_order=proxy_order, control_variates=control_variates)
+    bound = step.accept_test.range_bound
+    assert bound.proxy_order == (proxy_order if control_variates else None)
+    reference = mh_tests.logistic_range_bound(X, step.proxy.center,
+                                              proxy_order if control_variates else None)
+    chol = np.linalg.cholesky(np.linalg.inv(step.target.laplace_precision()))
+    rng = np.random.default_rng(0)
+    ratios = []
+    for _ in range(50):
+        theta = step.proxy.center + 3 * chol @ rng.standard_normal(3)
+        theta_p = theta + 2 * chol @ rng.standard_normal(3)
+        move = mh_tests.Move(step.target, theta, theta_p, 0.0, 0.0, 1)
+        terms = row_differences(move, control_variates)(np.arange(2000))
+        c = bound(theta, theta_p)
+        assert np.max(np.abs(terms)) <= c * (1 + 1e-9)
+        assert c <= reference(theta, theta_p) * (1 + 1e-9)
+        ratios.append(np.max(np.abs(terms)) / c)
+    print(proxy_order, control_variates, "max |t_k| / C: median", np.median(ratios))
