@@ -52,3 +52,21 @@ def test_decision_errors_stay_within_the_level(model, test, control_variates):
         assert abs(result.barker_deviation) <= LEVEL + 3 * se
     else:
         assert result.error_rate <= LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / MOVES)
+
+
+def test_decision_errors_exceed_the_level_without_the_exact_proxy_sums(model):
+    """The same measure catches a test that leaves Σ_k q_k(θ′) − q_k(θ) out of Δ."""
+    import dataclasses
+
+    from pymc_subsample.kernels.mh_tests.austerity import Austerity
+
+    class WithoutProxySums(Austerity):
+        def exact_part(self, move, proxied):
+            return move.log_prior_p - move.log_prior
+
+    with model:
+        step = SubsampleMH(test="austerity", error=LEVEL)
+    step.accept_test = WithoutProxySums(**dataclasses.asdict(step.accept_test))
+    result = decision_errors(step, laplace_moves(step, MOVES, seed=3), seed=4, near=NEAR)
+    print(f"austerity without the proxy sums: error rate {result.error_rate:.3f}")
+    assert result.error_rate > LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / MOVES)
