@@ -22,7 +22,7 @@ the mean fraction of the data used per iteration.
 Usage::
 
     python benchmarks/subsample_mh.py control-variates [--n-rows 1000000] [--draws 300]
-        [--plain-draws 40 | --plain-moves 100] [--skin ../shared/data/skin] [--skip skin]
+        [--plain-draws 40 | --plain-moves 100] [--skin ../shared/data/skin] [--skip skin,synthetic]
         [--tests austerity,confidence,barker,two-sample]
     python benchmarks/subsample_mh.py [--data ../shared/data/mnist] [--iters 5000]
         [--ref-draws 4000] [--out benchmarks/subsample_mh.png]
@@ -160,7 +160,7 @@ def control_variates_main(argv):
     parser.add_argument("--plain-draws", type=int, default=40)
     parser.add_argument("--plain-moves", type=int, default=0,
                         help="> 0: estimate the runs without control variates from this many fixed moves")
-    parser.add_argument("--skip", default="", help="comma-separated data names to leave out (skin)")
+    parser.add_argument("--skip", default="", help="comma-separated data to leave out: skin, synthetic")
     parser.add_argument("--skin", default=str(ROOT.parent / "shared" / "data" / "skin"))
     parser.add_argument("--tests", default=",".join(SEQUENTIAL))
     args = parser.parse_args(argv)
@@ -174,8 +174,9 @@ def control_variates_main(argv):
     if Path(args.skin).exists() and "skin" not in args.skip.split(","):
         skin = load_skin(args.skin, standardize=True)
         problems.append(("skin", np.column_stack([np.ones(len(skin.y)), skin.X]), skin.y))
-    X, y = logistic_data(args.n_rows, 3, seed=0)
-    problems.append((f"synthetic N={args.n_rows:.0e}", np.column_stack([np.ones(len(y)), X]), y))
+    if "synthetic" not in args.skip.split(","):
+        X, y = logistic_data(args.n_rows, 3, seed=0)
+        problems.append((f"synthetic N={args.n_rows:.0e}", np.column_stack([np.ones(len(y)), X]), y))
     tests = args.tests.split(",")
     print(f"{'data':<18}{'method':<26}{'mean batch':>12}{'% of N':>8}{'evals/ESS':>12}{'ESS/s':>8}{'ESS':>7}")
     for name, X, y in problems:

@@ -75,10 +75,10 @@ class WithoutProxySums(Austerity):
 @needs_data
 def test_agreement_check_fails_without_the_exact_proxy_sums(skin):
     model, ref, _ = skin
-    mutated = skin_agreement(model, ref, "austerity", draws=200, tune=200,
+    mutated = skin_agreement(model, ref, "austerity", draws=100, tune=100,
                              accept_test=lambda test: WithoutProxySums(**dataclasses.asdict(test)))
     print("skin austerity without the proxy sums: max|z| {:.1f}, min ESS {:.0f}, batch {:.0f}"
           .format(*mutated))
-    # measured: min ESS 2 of 400 draws (max z 1.3 over that chain's huge MCSE): the check fails at
+    # measured: min ESS 2 of 200 draws (max z 3.0 over that chain's huge MCSE): the check fails at
     # its ESS condition
     assert not agrees(*mutated[:2]), mutated

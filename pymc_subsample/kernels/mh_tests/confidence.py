@@ -152,8 +152,8 @@ def glm_taylor_range_bound(eta_bound, center, derivative_bound, proxy_order):
     * plain differences (``proxy_order`` None or 0): |f(η') − f(η)| ≤ M₁ |η' − η|, so C = M₁ H;
     * remainders of the order-r Taylor proxy at θ* (r = 1, 2), t_k = g_k(η_k') − g_k(η_k) with
       g_k = f − T_r f(·; η_k*): Taylor's remainder |g_k(η)| ≤ M_{r+1}/(r+1)! |η − η*|^{r+1}
-      gives C₁ = M_{r+1}/(r+1)! (A^{r+1} + B^{r+1}), the bound of Bardenet, Doucet & Holmes
-      (2017, §7.2) for Taylor proxies; the mean-value theorem with |g_k'(s)| ≤ M_{r+1}/r!
+      gives C₁ = M_{r+1}/(r+1)! (A^{r+1} + B^{r+1}), the Taylor-remainder form that Bardenet,
+      Doucet & Holmes (2017, §7) use for their proxies; the mean-value theorem with |g_k'(s)| ≤ M_{r+1}/r!
       |s − η*|^r gives C₂ = M_{r+1}/r! H max(A, B)^r. C = min(C₁, C₂): both hold.
 
     The proxy's sum is added exactly, so the concentration inequality of :func:`confidence_test`
