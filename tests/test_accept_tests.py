@@ -139,6 +139,7 @@ def test_a_name_or_argument_the_registry_cannot_use_is_refused_before_set_up(mon
         ("poisson", {}, r"needs a bound.*poisson_log rows have no finite bound on \|∂\^3f/∂η\^3\|"),
         ("studentt", {}, r"needs a bound.*not a GLM whose family the package knows"),
         ("normal", {"control_variates": False}, r"normal_identity rows have no finite bound on \|∂\^1f"),
+        ("poisson", {"range_bound": "glm"}, r"needs a bound.*poisson_log rows have no finite bound"),
     ],
 )
 def test_confidence_without_a_derivable_bound_is_refused_before_set_up(monkeypatch, family, kwargs, match):

@@ -210,7 +210,8 @@ class SubsampleMH(SubsampleStep):
                             "True tests the proxy-corrected differences with the proxy sums added exactly).")
         check_step_arguments(proposal, scale, target_accept)
         thin = None if thin is None else check_positive(thin, "thin", integer=True)
-        if self.test == "confidence" and range_bound is None:
+        if self.test == "confidence" and (range_bound is None or isinstance(range_bound, str)
+                                          and range_bound == "glm"):
             range_bound = default_range_bound(model, check_proxy_order(proxy_order), bool(control_variates))
         self._options = AcceptOptions(
             subsample_size=subsample_size, error=error, num_blocks=num_blocks,
