@@ -164,3 +164,9 @@ def test_confidence_without_a_derivable_bound_is_refused_before_set_up(monkeypat
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
         with pytest.raises(ValueError, match=match):
             pms.SubsampleMH(test="confidence", **kwargs)
+
+
+def test_use_proxy_is_refused_with_the_name_control_variates():
+    X, y = logistic_data(100, 2)
+    with logistic_model(X, y), pytest.raises(TypeError, match="use_proxy is named control_variates"):
+        pms.SubsampleMH(test="austerity", use_proxy=False)
