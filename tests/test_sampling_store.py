@@ -15,9 +15,10 @@ from pymc_subsample.model.file_rows import ZarrChunkRows
 from pymc_subsample.model.read_cost import read_cost
 from pymc_subsample.model.sources import as_row_source
 
-zarr = pytest.importorskip("zarr", reason="zarr is in the test and scale extras: pip install -e '.[test]'")
-pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test and scale extras: pip install -e '.[test]'")
-pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the test and scale extras")
+EXTRAS = "is in the test and scale extras: pip install -e '.[test]'"
+zarr = pytest.importorskip("zarr", reason=f"zarr {EXTRAS}")
+pa = pytest.importorskip("pyarrow", reason=f"pyarrow {EXTRAS}")
+pq = pytest.importorskip("pyarrow.parquet", reason=f"pyarrow {EXTRAS}")
 
 N, D, BIG_CHUNK = 20_000, 3, 5_000
 #: smaller than one decoded chunk of X (5,000 rows × 3 float64 = 117.2 KiB)
