@@ -113,7 +113,7 @@ def barker_smoothed_error(values, n_rows, sigma2) -> float:
     :func:`correction_error`). For h(w) = P(V ≤ y − w), Taylor's theorem to second order with the
     first two moments of W and G equal (Lindeberg's replacement step) gives
 
-    .. math:: \sup_y |P(W + V ≤ y) − P(G + V ≤ y)| ≤ rac{\sup|p_V''|}{6} (E|W|³ + E|G|³),
+    .. math:: \sup_y |P(W + V ≤ y) − P(G + V ≤ y)| ≤ \frac{\sup|p_V''|}{6} (E|W|³ + E|G|³),
 
     and p_V = φ_{1−σ²} * P_{X_corr} has sup|p_V''| ≤ sup|φ''_{1−σ²}| = φ(0)/(1 − σ²)^{3/2}.
     E|G|³ = 2√(2/π) σ³; E|W|³ ≤ (E W⁴)^{3/4} ≤ σ_r³ (3 + κ/b)^{3/4} for the mean of b rows drawn
