@@ -13,8 +13,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "chunked_sum", "pass_progress", "remembered_passes", "resolve_client",
-           "setup_display"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "active_client", "chunked_sum", "pass_progress", "remembered_passes",
+           "resolve_client", "setup_display"]
 
 DEFAULT_CHUNK_SIZE = 20_000
 # measured: a LocalCluster of spawned workers on a loaded 2-core machine stopped answering in 2 of
@@ -188,6 +188,11 @@ def resolve_client(tall):
         return tall.client
     if not any(leaf.streamed for leaf in tall.leaves):
         return None
+    return active_client()
+
+
+def active_client():
+    """Dask's active client (``distributed.default_client``), or None where none runs."""
     try:
         from distributed import default_client
     except ImportError:

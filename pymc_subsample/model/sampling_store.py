@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pymc_subsample.model.chunks import active_client
 from pymc_subsample.model.read_cost import size_text
 from pymc_subsample.model.sources import RowSource, as_row_source
 
@@ -253,14 +254,7 @@ def _record(target, record, done):
 def _client(rows, client):
     if client is not None or rows.kind != "dask":
         return client
-    try:
-        from distributed import default_client
-    except ImportError:
-        return None
-    try:
-        return default_client()
-    except ValueError:  # no client is running
-        return None
+    return active_client()
 
 
 @contextmanager
