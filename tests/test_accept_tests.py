@@ -20,7 +20,7 @@ from pymc_subsample.kernels.mh_tests import (
     make_accept_test,
 )
 
-STATS = {"accept", "batch_size", "n_loglik_evals", "loglik_var"}
+STATS = {"accept", "batch_size", "looks", "n_loglik_evals", "loglik_var"}
 
 
 class GaussianRows:
@@ -94,6 +94,10 @@ def test_every_registered_test_has_the_interface_and_decides_clear_moves(name):
             accept, stats, current = test.decide(rng, 0.5, _move(target, theta, theta_p, number), current)
             assert accept is expected, (name, theta, theta_p)
             assert set(stats) == STATS and stats["batch_size"] >= 1 and stats["n_loglik_evals"] >= 1
+            # one mini-batch for a test of one subsample; a sequential test reads at most its
+            # batches' rows (two samples: two per look), so that its rows bound its looks
+            looks, rows = stats["looks"], stats["batch_size"]
+            assert looks == 1 if name in ("pseudo-marginal", "exact") else 1 <= looks <= rows
             assert 0.0 <= stats["accept"] <= 1.0
             assert current is None or isinstance(current, Estimate)
             if current is not None:  # the estimate follows the chain

@@ -411,6 +411,7 @@ def test_sequential_tests_gaussian_posterior_within_documented_bias(test):
     z, var_ratio, ess, idata = _gaussian_run(test, **kwargs)
     rows = float(idata.sample_stats.batch_size.mean())
     print(test, "z", z, "var ratio", var_ratio, "ess", ess, "mean rows", rows)
+    assert np.all(idata.sample_stats.looks >= 1)  # the mini-batches read per decision
     assert np.all(ess > 200), ess  # measured 500-790: before the ESS-scaled tolerances below
     # approximate tests: allow a bias of 0.1 posterior sd and 15% in variance on top of MCSE
     assert np.all(np.abs(z) < 4 + 0.1 * np.sqrt(ess))

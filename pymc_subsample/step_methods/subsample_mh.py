@@ -179,7 +179,8 @@ class SubsampleMH(SubsampleStep):
     Stats (per draw, over its ``thin`` moves): ``accept`` is the mean of min(1, e^Δ̂) for
     pseudo-marginal and exact MH and of the 0/1 decisions for sequential tests;
     ``accepted`` whether θ moved during the draw; ``accepted_fraction`` the fraction of
-    its moves accepted; ``batch_size`` the mean rows read per decision; ``moves`` the MH
+    its moves accepted; ``batch_size`` the mean rows read per decision; ``looks`` the mean
+    mini-batches read per decision (1 for pseudo-marginal and exact MH); ``moves`` the MH
     moves of the draw (``thin``); ``n_loglik_evals`` counts per-row evaluations of ℓ_k at θ,
     θ' and, for the proxy terms of rows entering a subsample, at θ*, summed over the moves;
     ``acceptance_rate`` and ``scale`` are running values after the last move; ``loglik_var``
@@ -193,6 +194,7 @@ class SubsampleMH(SubsampleStep):
         "accepted_fraction": (np.float64, []),
         "acceptance_rate": (np.float64, []),
         "batch_size": (np.int64, []),
+        "looks": (np.float64, []),
         "n_loglik_evals": (np.int64, []),
         "loglik_var": (np.float64, []),
         "scale": (np.float64, []),
@@ -273,6 +275,7 @@ class SubsampleMH(SubsampleStep):
             "accepted": bool(not np.array_equal(theta, start)),
             "accepted_fraction": float(np.mean([s["accepted"] for s in moves])),
             "batch_size": int(round(np.mean([s["batch_size"] for s in moves]))),
+            "looks": float(np.mean([s["looks"] for s in moves])),
             "n_loglik_evals": int(sum(s["n_loglik_evals"] for s in moves)),
             "moves": len(moves),
         }

@@ -59,8 +59,9 @@ def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, 
     mu0 = (log_u - offset) / n_rows
     stream = RowStream(rng, n_rows)
     values = np.empty(0)
-    look = 0
+    look = reads = 0
     while True:
+        reads += 1
         values = np.concatenate([values, np.asarray(row_terms(stream.take(batch_size)), float)])
         n = values.size
         mean, var = mean_var(values)
@@ -74,7 +75,7 @@ def austerity_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error, 
             if stdtr(n - 1, -t) < (error if per_look else look_level(error, look)):
                 break
     return bool(mean > mu0), n, {
-        "delta_hat": offset + n_rows * mean, "loglik_var": n_rows**2 * se2,
+        "delta_hat": offset + n_rows * mean, "loglik_var": n_rows**2 * se2, "looks": reads,
     }
 
 

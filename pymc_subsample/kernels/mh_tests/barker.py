@@ -187,15 +187,16 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None, sm
     """
     stream = RowStream(rng, n_rows)
     values = np.empty(0)
-    target, eps_corr = min(int(batch_size), n_rows), correction_error()
+    target, eps_corr, reads = min(int(batch_size), n_rows), correction_error(), 0
     while True:
+        reads += 1
         values = np.concatenate([values, np.asarray(row_terms(stream.take(target - values.size)), float)])
         b = values.size
         mean, var = mean_var(values)
         delta = offset + n_rows * mean
         if b >= n_rows:
             return exact_barker_test(delta, u), b, {"delta_hat": delta, "loglik_var": 0.0,
-                                                    "error_bound": 0.0}
+                                                    "error_bound": 0.0, "looks": reads}
         sigma2 = n_rows**2 * var / b * (1.0 - b / n_rows)
         needed = b + int(batch_size)
         if b < 2:
@@ -224,7 +225,8 @@ def barker_test(row_terms, n_rows, offset, u, rng, *, batch_size, error=None, sm
         target = min(needed, n_rows)
     x_nc = rng.normal(0.0, math.sqrt(1.0 - sigma2))
     accept = delta + x_nc + sample_correction(u) > 0
-    return bool(accept), b, {"delta_hat": delta, "loglik_var": sigma2, "error_bound": bound}
+    return bool(accept), b, {"delta_hat": delta, "loglik_var": sigma2, "error_bound": bound,
+                             "looks": reads}
 
 
 @dataclass

@@ -68,7 +68,7 @@ def confidence_test(row_terms, n_rows, offset, log_u, rng, *, batch_size, error,
             break
         target = min(n_rows, max(t + 1, math.ceil(gamma * t)))
     return bool(mean > mu0), t, {"delta_hat": offset + n_rows * mean, "loglik_var": math.nan,
-                                 "max_abs_term": float(np.max(np.abs(values)))}
+                                 "max_abs_term": float(np.max(np.abs(values))), "looks": look}
 
 
 def logistic_range_bound(X, center, proxy_order=2):

@@ -39,4 +39,4 @@ class Exact(AcceptTest):
         if accept:
             current = Estimate(move.theta_p.copy(), proposed)
         return accept, {"accept": float(min(1.0, math.exp(min(delta, 0.0)))), "batch_size": tall.n_rows,
-                        "n_loglik_evals": evals + tall.n_rows, "loglik_var": 0.0}, current
+                        "n_loglik_evals": evals + tall.n_rows, "loglik_var": 0.0, "looks": 1}, current

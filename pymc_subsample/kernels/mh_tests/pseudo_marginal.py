@@ -92,4 +92,5 @@ class PseudoMarginal(AcceptTest):
         # ℓ_k at θ′ on the m rows, and ℓ_k(θ*) for the rows of the refreshed block
         evals += rows + (block.stop - block.start)
         return accept, {"accept": float(min(1.0, math.exp(min(info["delta_hat"], 0.0)))),
-                        "batch_size": rows, "n_loglik_evals": evals, "loglik_var": current.sigma2}, current
+                        "batch_size": rows, "n_loglik_evals": evals, "loglik_var": current.sigma2,
+                        "looks": 1}, current

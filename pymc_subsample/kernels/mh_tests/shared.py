@@ -243,7 +243,8 @@ class AcceptTest(ABC):
         accept : bool
         stats : dict
             ``accept`` (min(1, e^Δ̂), or the 0/1 decision of a sequential test), ``batch_size``
-            (rows read), ``n_loglik_evals`` (evaluations of ℓ_k, at θ* too) and ``loglik_var``.
+            (rows read), ``looks`` (mini-batches read until the decision: 1 for a test of one
+            subsample), ``n_loglik_evals`` (evaluations of ℓ_k, at θ* too) and ``loglik_var``.
         current : Estimate or None
             The estimate to keep for the next move (None for tests that keep none).
         """
@@ -271,7 +272,7 @@ class SequentialTest(AcceptTest):
         # ℓ_k at each point, and ℓ_k(θ*) for the proxy's terms
         evals = (self.points + proxied) * rows
         return accept, {"accept": float(accept), "batch_size": rows, "n_loglik_evals": evals,
-                        "loglik_var": info["loglik_var"]}, None
+                        "loglik_var": info["loglik_var"], "looks": info["looks"]}, None
 
     def exact_part(self, move, proxied) -> float:
         """The part of Δ computed exactly: the log prior ratio and, with control variates, the proxy

@@ -46,8 +46,9 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
     streams = [RowStream(rng, n_rows), RowStream(rng, n_rows)]
     values = [np.empty(0), np.empty(0)]
     fns = (current_terms, proposed_terms)
-    look = 0
+    look = reads = 0
     while True:
+        reads += 1
         moments = []
         for j in (0, 1):
             if probs is None:
@@ -68,7 +69,7 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
                 all_rows = np.arange(n_rows)
                 delta = offset + float(np.sum(fns[1](all_rows)) - np.sum(fns[0](all_rows)))
                 na, nb = na + n_rows, nb + n_rows
-            return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": 0.0}
+            return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": 0.0, "looks": reads}
         se2 = va + vb
         if min(na, nb) >= 2:
             look += 1
@@ -80,7 +81,7 @@ def two_sample_test(current_terms, proposed_terms, n_rows, offset, log_u, rng, *
                 alpha = 0.0 if delta != log_u else 1.0
             if alpha < (error if per_look else look_level(error, look)):
                 break
-    return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": se2}
+    return bool(log_u < delta), na + nb, {"delta_hat": delta, "loglik_var": se2, "looks": reads}
 
 
 @dataclass
