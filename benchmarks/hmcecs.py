@@ -81,7 +81,7 @@ def run_numpyro(X, y, m, center, draws, tune, seed=1):
     mcmc.run(jax.random.PRNGKey(seed), Xj, yj)
     beta = np.asarray(mcmc.get_samples()["beta"])
     seconds = time.perf_counter() - t
-    idata = az.from_dict(posterior={"beta": beta[None]})
+    idata = az.from_dict({"posterior": {"beta": beta[None]}})
     return idata, seconds
 
 
@@ -126,10 +126,10 @@ def compare_on(name, X, y, args):
 def time_iterations(step, tune=200, iterations=500, seed=1):
     """Seconds per HMC-ECS iteration and per potential evaluation, timing the step itself.
 
-    pm.sample adds a one-off O(N) cost when it converts to InferenceData (it copies the N-row
-    constant and observed data into the result), so the step is driven directly here.
+    pm.sample adds a one-off O(N) cost when it builds its result (it copies the N-row constant
+    and observed data into it), so the step is driven directly here.
     """
-    step.set_rng(np.random.default_rng(seed))
+    step.setup_chain(np.random.default_rng(seed), tune, iterations)  # what pm.sample calls before a chain
     q = DictToArrayBijection.map({v.name: val for v, val in zip(step.vars, [step.proxy.center])})
     for _ in range(tune):
         q, _ = step.astep(q)
@@ -169,7 +169,7 @@ def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
     After a short run that pays the one-off compilations, two runs from the same step, with
     ``draws`` and ``2 * draws`` draws after the same warm-up: their difference divided by ``draws``
     is the cost of one more iteration, everything PyMC does per draw included, without its
-    one-off costs (start-up, the InferenceData conversion).
+    one-off costs (start-up, building the result).
     """
     print(f"\n## one HMC-ECS iteration inside pm.sample, N = {n_rows}, m = {args.m}, 100 blocks")
     print("| d | ms per iteration | potential evaluations per iteration | µs per evaluation | PyMC's NUTS "

@@ -87,7 +87,7 @@ def run(name, model, step, draws, tune, chains, ref, nuts=None):
     ss = idata.sample_stats
     row = {
         "method": name, "sec_per_iter": per_iter, "wall_s": wall,
-        "sigma_mean": m, "sigma_sd": sd, "ess_sigma": float(az.ess(s).to_array().item()),
+        "sigma_mean": m, "sigma_sd": sd, "ess_sigma": float(az.ess(s)),
         "dmean_over_sd_exact": abs(m - ref[2]) / ref[3], "sd_ratio_exact": sd / ref[3],
         "evals_per_iter": float(ss["n_loglik_evals"].mean()) if "n_loglik_evals" in ss else float("nan"),
         "refresh_rate": ([float(r) for r in ss["refresh_rate"].values[:, -1]]
