@@ -8,12 +8,7 @@ import numpy as np
 import pymc as pm
 from scipy import optimize
 
-from pymc_subsample.control_variates.expansion import (
-    PhiCoordinates,
-    SubsetCoordinates,
-    ThetaCoordinates,
-    expansion_steps,
-)
+from pymc_subsample.control_variates.expansion import PhiCoordinates, ThetaCoordinates, expansion_steps
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 from pymc_subsample.model.distributional import JACOBIAN_GRADIENT_MAX_D
 from pymc_subsample.model.tall import as_tall_model
@@ -96,19 +91,6 @@ def _newton_step(tall, theta, grad, loglik_hessian, prior_hessian=None):
 
 #: how far from the mode, in posterior sds (the Newton decrement), the default centre may be
 CENTER_TOLERANCE = 0.05
-#: how far from the subset's mode, in posterior sds, the expansion steps on the subset may stop
-SUBSET_TOLERANCE = 0.5
-#: expansion steps on the subset before L-BFGS in θ takes over
-SUBSET_MAX_STEPS = 30
-# measured at 10⁶ rows: L-BFGS found the non-centred model's subset MAP in 16 evaluations (0.1 s,
-# expansion steps from PyMC's initial point 0.35-0.76 s); crossed effects' took 424 (2.0 s)
-#: L-BFGS iterations on the subset before expansion steps in φ take over
-SUBSET_LBFGS_ITERATIONS = 40
-# measured at 10⁵ rows: warm set-up 0.49 → 0.30 s with 200 groups (d = 203), 1.30 → 1.09 s with
-# 200 varying slopes (d = 403); 2.0 → 5.5 s with 1,000 groups (d = 1,003)
-#: parameters above which the subset's MAP is left to L-BFGS in θ: each expansion step's dense d × d
-#: algebra (the preconditioner's Cholesky factor, the prior's Hessian) outweighs L-BFGS's evaluations
-SUBSET_EXPANSION_MAX_D = 500
 #: subset rows per group below which the expansions in φ take B over all rows
 MIN_ROWS_PER_GROUP = 200
 
@@ -117,8 +99,8 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     """A centre θ* for control variates: MAP of a random subset, then full-data Newton steps.
 
     θ* need not be the exact mode, only close to it (Dang et al. 2019 §4.2, Corollary 1 of Quiroz
-    et al.). The subset MAP (:func:`_subset_map`) is ~sqrt(N/n) posterior sds from the mode. Newton
-    steps with the full-data gradient and the subset's Hessian scaled by N/n (one gradient pass over the rows
+    et al.). The subset MAP is ~sqrt(N/n) posterior sds from the mode. Newton steps with the
+    full-data gradient and the subset's Hessian scaled by N/n (one gradient pass over the rows
     each; the subset's Hessian costs one chunk) bring it within :data:`CENTER_TOLERANCE` posterior
     sds in fewer passes than full-data L-BFGS: each step shrinks the distance by about the subset
     Hessian's relative error. Where a pass with the full-data Hessian costs about a gradient pass
@@ -140,11 +122,10 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     rows = np.sort(np.random.default_rng(seed).choice(tall.n_rows, size=warm_rows, replace=False))
     # measured at N = 10⁶, d = 30: full-data L-BFGS needed 15-25 passes; one subset-Hessian step
     # left the centre 0.8 sds from the mode, the steps to the tolerance 0.004 sds
+    start, _ = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False)
     view = tall.regression_view if tall.uses_eta_sums() else None
-    phi = view is not None and view.phi is not None
-    coordinates = PhiCoordinates(tall, view, chunk_size) if phi else None
-    start = _subset_map(tall, rows, chunk_size, coordinates)
-    if phi:
+    if view is not None and view.phi is not None:
+        coordinates = PhiCoordinates(tall, view, chunk_size)
         # B over all rows (a pass with it: 1.4 gradient passes in φ); the subset corrects each step
         # to third order where it has enough rows of every group (1,000 groups, 20 each: B's error
         # is large per group, and the steps crept (−62,272 → −61,988 → −61,974 → −61,948 against
@@ -175,36 +156,6 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     # where that fails too (the rows' log-likelihood not concave along the way), the exact Hessian
     # is not negative definite either: a pass of Jacobians saved (1 s of a 10⁶-row set-up)
     theta, _ = find_map_theta(tall, start=best, chunk_size=chunk_size, ftol=1e-9, tol=1e-5, polish=False)
-    return theta
-
-
-def _subset_map(tall, rows, chunk_size, coordinates=None):
-    """The MAP of the subset ``rows`` (log-likelihood scaled by N/n): L-BFGS in θ from PyMC's initial
-    point; where it has not converged in :data:`SUBSET_LBFGS_ITERATIONS` iterations and
-    ``coordinates`` are a row-free φ (d ≤ :data:`SUBSET_EXPANSION_MAX_D`), expansion steps in φ from
-    there (:func:`_subset_expansion_maximum`); where they fail, L-BFGS goes on.
-    """
-    expand = coordinates is not None and tall.ndim <= SUBSET_EXPANSION_MAX_D
-    start, result = find_map_theta(tall, rows=rows, chunk_size=chunk_size, ftol=1e-9, polish=False,
-                                   **({"maxiter": SUBSET_LBFGS_ITERATIONS} if expand else {}))
-    if result.success or not expand:
-        return start
-    theta = _subset_expansion_maximum(tall, coordinates, rows, chunk_size, start)
-    if theta is None:
-        theta, _ = find_map_theta(tall, start=start, rows=rows, chunk_size=chunk_size, ftol=1e-9,
-                                  polish=False)
-    return theta
-
-
-def _subset_expansion_maximum(tall, coordinates, rows, chunk_size, start):
-    """The subset ``rows``' MAP (log-likelihood scaled by N/n) by expansion steps in φ from ``start``
-    (:class:`~pymc_subsample.control_variates.expansion.SubsetCoordinates`), or None where they fail.
-    Within :data:`SUBSET_TOLERANCE` posterior sds of the subset's mode: that mode is itself ~√(N/n)
-    sds from the full-data one.
-    """
-    subset = SubsetCoordinates(coordinates, rows, tall.n_rows)
-    theta, _ = expansion_steps(tall, subset, start, None, chunk_size, SUBSET_TOLERANCE,
-                               max_steps=SUBSET_MAX_STEPS)
     return theta
 
 

@@ -10,7 +10,7 @@ from scipy import linalg, optimize
 
 from pymc_subsample.model.chunks import chunked_sum
 
-__all__ = ["PhiCoordinates", "SubsetCoordinates", "ThetaCoordinates", "expansion_steps"]
+__all__ = ["PhiCoordinates", "ThetaCoordinates", "expansion_steps"]
 
 
 class ThetaCoordinates:
@@ -71,28 +71,6 @@ class PhiCoordinates:
         """Rows of ``rows`` per entry of φ's largest group block (inf where φ has none)."""
         sizes = self.view.group_block_sizes(phi=True)
         return len(rows) / max(sizes) if sizes else np.inf
-
-
-class SubsetCoordinates:
-    """``coordinates`` with every sum over ``rows`` scaled by N/n: expansion steps toward the subset's
-    MAP, where a pass costs n rows, not N.
-
-    Why: from PyMC's initial point, L-BFGS on the subset's log posterior in θ takes hundreds of
-    evaluations where the rows are affine in a row-free φ (crossed group effects: 424), since its
-    Hessian in θ is as ill-conditioned as the N-scaled B against the prior; the expansion steps
-    precondition each maximum by its Gauss-Newton curvature (:func:`_expansion_maximum`).
-    """
-
-    # measured on crossed effects at 10⁶ rows (121 parameters, 20,000 subset rows): the subset MAP
-    # by L-BFGS in θ took 424 evaluations, 2.0 s of a 2.9 s centre
-    def __init__(self, coordinates, rows, n_rows):
-        self.coordinates, self.rows, self.scale = coordinates, rows, n_rows / len(rows)
-        self.value, self.vjp, self.jacobian = coordinates.value, coordinates.vjp, coordinates.jacobian
-
-    def full_pass(self, theta, rows=None):
-        """(N/n) (Σ_k ℓ_k, A, B) over the subset (``rows`` must be None: the subset is the data)."""
-        total, linear, quadratic = self.coordinates.full_pass(theta, self.rows)
-        return self.scale * total, self.scale * linear, self.scale * quadratic
 
 
 def expansion_steps(tall, coordinates, start, rows, chunk_size, tolerance, correction_rows=None,
@@ -206,9 +184,7 @@ def _expansion_maximum(tall, coordinates, theta, at_theta, linear, quadratic):
     start, jacobian, prior_hessian = at_theta
     expansion = (tall, coordinates, start, linear, quadratic)
     chol = _expansion_preconditioner(jacobian, prior_hessian, quadratic)
-    # in u a gradient of 10⁻³ is 10⁻³ posterior sds from the maximum, far inside any tolerance of the
-    # steps (measured on crossed effects at 10⁶ rows: 238 → 130 iterations where 10⁻⁵ was asked)
-    options = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5 if chol is None else 1e-3, "maxcor": 10}
+    options = {"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-5, "maxcor": 10}
 
     def to_theta(x):
         return x if chol is None else theta + linalg.solve_triangular(chol, x, trans="T", lower=True)
