@@ -14,7 +14,7 @@ from contextvars import ContextVar
 import numpy as np
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "active_client", "chunked_sum", "pass_progress", "remembered_passes",
-           "resolve_client", "setup_display"]
+           "resolve_client", "setup_display", "started_bar"]
 
 DEFAULT_CHUNK_SIZE = 20_000
 # measured: a LocalCluster of spawned workers on a loaded 2-core machine stopped answering in 2 of
@@ -166,12 +166,7 @@ class _SetupDisplay:
     def start_pass(self, tall, n_chunks):
         description = f"{self.title}: full-data pass {tall.full_passes} ({tall.n_rows:,} rows)"
         if self.bar is None:
-            from pymc.progress_bar.rich_progress import CustomProgress
-            from rich.progress import Progress
-
-            self.bar = CustomProgress(*Progress.get_default_columns())
-            self.bar.start()
-            self.task = self.bar.add_task(description, total=n_chunks)
+            self.bar, self.task = started_bar(description, n_chunks)
         else:
             self.bar.update(self.task, description=description, total=n_chunks, completed=0)
         return lambda: self.bar.update(self.task, advance=1)
@@ -180,6 +175,18 @@ class _SetupDisplay:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+def started_bar(description, total, completed=0):
+    """A started PyMC progress bar with one task (the bar, the task): the package's passes and
+    copies show the same bar.
+    """
+    from pymc.progress_bar.rich_progress import CustomProgress
+    from rich.progress import Progress
+
+    bar = CustomProgress(*Progress.get_default_columns())
+    bar.start()
+    return bar, bar.add_task(description, total=total, completed=completed)
 
 
 def resolve_client(tall):

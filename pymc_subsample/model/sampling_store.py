@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pymc_subsample.model.chunks import active_client
+from pymc_subsample.model.chunks import active_client, started_bar
 from pymc_subsample.model.read_cost import size_text
 from pymc_subsample.model.sources import RowSource, as_row_source
 
@@ -262,12 +262,7 @@ def _progress(description, total, completed, show):
     if not show:
         yield lambda: None
         return
-    from pymc.progress_bar.rich_progress import CustomProgress
-    from rich.progress import Progress
-
-    bar = CustomProgress(*Progress.get_default_columns())
-    bar.start()
-    task = bar.add_task(description, total=total, completed=completed)
+    bar, task = started_bar(description, total, completed)
     try:
         yield lambda: bar.update(task, advance=1)
     finally:
