@@ -162,31 +162,45 @@ def scaling(args):
           f"per evaluation: {per_eval[10**7] / per_eval[10**5]:.2f}")
 
 
+#: HMCECS's inner samplers timed per iteration: PyMC's NUTS (the default), PyMC's HamiltonianMC, and
+#: the compiled HMC iteration (kernels.compiled_hmc)
+INNER_SAMPLERS = {
+    "NUTS (PyMC's, default)": dict(),
+    "HMC, PyMC's HamiltonianMC": dict(inner="hmc", compiled=False),
+    "HMC, compiled": dict(inner="hmc", compiled=True),
+}
+
+
 def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
-    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (the goal: ≤ 1 ms at
-    d = 31, ≤ 0.3 ms at d = 4, m = 1000), X and y as pm.Data.
+    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (the goals: ≤ 0.3 ms at d = 31,
+    ≤ 0.1 ms at d = 4, m = 1000), X and y as pm.Data, for each of :data:`INNER_SAMPLERS`.
 
     After a short run that pays the one-off compilations, two runs from the same step, with
     ``draws`` and ``2 * draws`` draws after the same warm-up: their difference divided by ``draws``
     is the cost of one more iteration, everything PyMC does per draw included, without its
-    one-off costs (start-up, building the result).
+    one-off costs (start-up, building the result). ESS per 1000 draws is the smallest bulk ESS of
+    the longer run, scaled: with the time per iteration it gives ESS per second of sampling.
     """
     print(f"\n## one HMC-ECS iteration inside pm.sample, N = {n_rows}, m = {args.m}, 100 blocks")
-    print("| d | ms per iteration | potential evaluations per iteration | µs per evaluation | PyMC's NUTS "
-          "alone on a free Gaussian potential: ms per iteration (leapfrog steps) |")
-    print("|---|---|---|---|---|")
+    print("| d | inner sampler | ms per iteration | potential evaluations per iteration | µs per evaluation "
+          "| min ESS per 1000 draws | ESS per s of sampling |")
+    print("|---|---|---|---|---|---|---|")
     for d in (31, 4):
         X, y = logistic_data(n_rows, d, seed=3)
         with logistic_model(X, y):
-            step = pms.HMCECS(subsample_size=args.m, num_blocks=100)
-            # the first run pays the one-off compilations: PyMC's, and Numba's of ArviZ's ESS, which
-            # the run checks call first at 100 draws after warm-up (0.25 s; when a 10-draw first
-            # run left it to the `draws` run, the difference below came out 0.12 ms too low at d = 4)
-            per_iter, idata = marginal_seconds_per_draw(step, draws, first=210)
+            for label, kwargs in INNER_SAMPLERS.items():
+                step = pms.HMCECS(subsample_size=args.m, num_blocks=100, **kwargs)
+                # the first run pays the one-off compilations: PyMC's, and Numba's of ArviZ's ESS,
+                # which the run checks call first at 100 draws after warm-up (0.25 s; when a 10-draw
+                # first run left it to the `draws` run, the difference came out 0.12 ms too low at d = 4)
+                per_iter, idata = marginal_seconds_per_draw(step, draws, first=210)
+                evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
+                ess = 1000 * min_ess(idata) / idata.posterior.sizes["draw"]
+                print(f"| {d} | {label} | {1e3 * per_iter:.3f} | {evals:.1f} | {1e6 * per_iter / evals:.0f} | "
+                      f"{ess:.0f} | {ess / 1000 / per_iter:.3g} |")
             floor, leapfrogs = nuts_bookkeeping(step, draws)
-        evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
-        print(f"| {d} | {1e3 * per_iter:.2f} | {evals:.1f} | {1e6 * per_iter / evals:.0f} | "
-              f"{1e3 * floor:.3f} ({leapfrogs:.1f}) |")
+            print(f"| {d} | PyMC's NUTS alone on a free Gaussian potential | {1e3 * floor:.3f} | "
+                  f"({leapfrogs:.1f} leapfrog steps) | | | |")
 
 
 class _GaussianPotential(PotentialForPyMC):

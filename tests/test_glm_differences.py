@@ -147,7 +147,7 @@ def test_kept_terms_follow_the_exact_rows_before_the_subsample():
     sub = Subsample.with_exact(tall, exact, np.array([0, 17, 40]))
     np.testing.assert_array_equal(sub.batch.rows, [5, 17, 2999, 0, 17, 40])
     computed = glm.glm.row_terms(glm.center, tuple(sub.batch)).flat()
-    for read, fresh in zip(glm._center_args(sub.batch), computed, strict=True):
+    for read, fresh in zip(glm.center_args(sub.batch), computed, strict=True):
         np.testing.assert_allclose(read, fresh, rtol=1e-12)
 
 

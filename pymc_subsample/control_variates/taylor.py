@@ -68,15 +68,28 @@ class TaylorProxy:
             grad += bv
         return float(value), grad
 
-    #: whether Σq is compiled into the estimator's function (:meth:`sum_graph`) rather than added
-    #: in NumPy (O(d²)) after each call
+    #: whether Σq is compiled into the estimator's per-call function (:meth:`sum_graph`) rather than
+    #: added in NumPy (O(d²)) after each call
     sum_in_graph = False
 
     def sum_graph(self):
-        """(Σ_k q_k(θ) as a graph in θ, its other inputs, their values), for proxies with
-        :attr:`sum_in_graph`.
+        """(Σ_k q_k(θ) as a graph in θ, its other inputs, their values): Σℓ(θ*) + Aᵀv + ½ vᵀBv with
+        v = θ − θ*, truncated at the proxy's order, for functions that run several estimates in one
+        call (a compiled HMC-ECS iteration). The sums are inputs, not constants (as
+        :meth:`RowFreeTaylorProxy.sum_graph`).
         """
-        raise NotImplementedError(f"{type(self).__name__} adds Σq in NumPy (sum_value_and_grad).")
+        total = pt.scalar("loglik_sum_at_center", dtype="float64")
+        center, linear = pt.vector("center", dtype="float64"), pt.vector("grad_sum", dtype="float64")
+        quadratic = pt.matrix("hess_sum", dtype="float64")
+        v = pt.cast(self.tall.theta, "float64") - center
+        graph = total
+        if self.order >= 1:
+            graph = graph + pt.dot(linear, v)
+        if self.order == 2:
+            graph = graph + 0.5 * pt.dot(v, pt.dot(quadratic, v))
+        values = [np.asarray(self.loglik_sum, dtype="float64"), *(np.asarray(v, dtype="float64") for v in
+                  (self.center, self.grad_sum, self.hess_sum))]
+        return graph, [total, center, linear, quadratic], values
 
     # ----------------------------------------------------------------- per row
     def rows_value(self, theta, batch):

@@ -100,16 +100,16 @@ class SubsampledTarget:
         return view
 
     # ------------------------------------------------------------------ graphs
-    def _center_variables(self):
-        """The inputs at θ*: the rows' terms there (a distributional regression, :meth:`_center_args`),
+    def center_variables(self):
+        """The inputs at θ*: the rows' terms there (a distributional regression, :meth:`center_args`),
         or θ* itself (the generic graph).
         """
         if self.glm is not None:
             return self.glm.row_terms_variables()
         return self.tall.theta.type(name="center")
 
-    def _differences_graph(self, at_center):
-        """D = ℓ_batch(θ) − q_batch(θ) (``at_center`` from :meth:`_center_variables`), with q from
+    def differences_graph(self, at_center):
+        """D = ℓ_batch(θ) − q_batch(θ) (``at_center`` from :meth:`center_variables`), with q from
         directional derivatives at θ* along v; for a distributional regression, from the rows' terms
         at θ*.
         """
@@ -132,7 +132,7 @@ class SubsampledTarget:
         builds its outputs, called only when no TallModel of the same graph has the function yet.
         """
         def compiled():
-            at_center = self._center_variables()
+            at_center = self.center_variables()
             extra, derive = build(at_center)
             flat = at_center.flat() if self.glm is not None else [at_center]
             outputs = derive()
@@ -164,7 +164,7 @@ class SubsampledTarget:
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
 
     def _args(self, theta, batch, *extra):
-        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self._center_args(batch),
+        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self.center_args(batch),
                 *self._sum_q()[2])
 
     def __getstate__(self):
@@ -174,7 +174,7 @@ class SubsampledTarget:
         state.pop("_kept_terms", None)
         return state
 
-    def _center_args(self, batch):
+    def center_args(self, batch, parent=None):
         """θ* itself (generic graph), or the rows' terms at θ* of ``batch`` (η path).
 
         The terms depend on θ* and the row's data alone. Where they are kept for all N rows
@@ -182,11 +182,12 @@ class SubsampledTarget:
         are computed once per row: a sampler passes the same batch object until its subsample
         changes (batches are never changed in place), and a batch made by a block update from the
         last one (:class:`~pymc_subsample.subsample.batch.Batch`) keeps the terms of the unchanged
-        positions, so an HMC-ECS iteration computes m/G rows' terms.
+        positions, so an HMC-ECS iteration computes m/G rows' terms. ``parent``: (a batch, its terms)
+        to take the unchanged positions' terms from instead of the last batch seen.
         """
         if self.glm is None:
             return (self.center.astype(self.tall.theta.dtype),)
-        last = self._batch_terms
+        last = self._batch_terms if parent is None else parent
         if last is not None and last[0] is batch:  # every leapfrog step of an iteration
             return last[1]
         rows = getattr(batch, "rows", None)
@@ -252,7 +253,7 @@ class SubsampledTarget:
         """d_i = ℓ_i(θ) − q_i(θ) for the rows of ``batch``, shape (m,)."""
 
         def build(at_center):
-            return [], lambda: self._differences_graph(at_center)
+            return [], lambda: self.differences_graph(at_center)
 
         return self._compile("differences", build)(*self._args(theta, batch))
 
@@ -262,7 +263,7 @@ class SubsampledTarget:
         (:func:`eta_differences_at_thetas`), which compiles nothing.
         """
         if self.glm is not None:
-            at_center = RowTerms.from_flat(self._center_args(batch), self.glm.n_eta, self.glm.pairs)
+            at_center = RowTerms.from_flat(self.center_args(batch), self.glm.n_eta, self.glm.pairs)
             return eta_differences_at_thetas(self.glm, self.order, thetas, batch, at_center)
         return np.stack([self.differences(theta, batch) for theta in thetas])
 
@@ -294,7 +295,7 @@ class SubsampledTarget:
             subsampled = pt.vector("subsampled", dtype="float64")
 
             def derive():
-                d = self._differences_graph(at_center)
+                d = self.differences_graph(at_center)
                 rd = subsampled * d
                 s1, s2 = rd.sum(), (rd * d).sum()
                 sigma2 = rest * rest / (m * m) * (s2 - s1 * s1 / m)
@@ -317,7 +318,7 @@ class SubsampledTarget:
 
         def build(at_center):
             def derive():
-                total, _ = difference_parts(self._differences_graph(at_center), self.n_rows, self._rows())
+                total, _ = difference_parts(self.differences_graph(at_center), self.n_rows, self._rows())
                 return self.tall.gradient(self._prior_and_sum_q() + total)
 
             return [], derive
@@ -334,7 +335,7 @@ class SubsampledTarget:
 
         def build(at_center):
             direction = self.tall.theta.type(name="unit")
-            return [direction], lambda: directional_derivative(self._differences_graph(at_center),
+            return [direction], lambda: directional_derivative(self.differences_graph(at_center),
                                                                self.tall.theta, direction)
 
         fn = self._compile("difference_jvp", build)
@@ -355,7 +356,7 @@ class SubsampledTarget:
             a_, lam_ = pt.dscalar("a"), pt.dscalar("lam")
 
             def derive():
-                d = self._differences_graph(at_center)
+                d = self.differences_graph(at_center)
                 d_hat = (self.n_rows / m) * d.reshape((-1, m)).sum(axis=1)
                 value = self._prior_and_sum_q() + block_poisson_log_abs(d_hat, a_, lam_, pt.log)
                 return [value, self.tall.gradient(value), d]

@@ -34,6 +34,8 @@ __all__ = [
     "compile_python",
     "current_mode",
     "has_blockwise",
+    "numba_callable",
+    "numba_mode",
     "runs_on_numpy",
 ]
 
@@ -162,3 +164,31 @@ def compile_numpy(inputs, outputs):
     function = pytensor.function(inputs, rewritten, mode=Mode(linker="py", optimizer=None),
                                  on_unused_input="ignore", trust_input=True)
     return function if runs_on_numpy(function) else None
+
+
+def numba_callable(function):
+    """The Numba function a ``pytensor.function`` compiled by PyTensor's Numba linker runs, callable
+    from other Numba code with the function's inputs as positional arrays and returning its outputs
+    as a tuple; None for a function of another linker.
+
+    PyTensor's JIT linkers keep it as the ``jit_fn`` of the function's ``vm`` (nutpie calls a PyMC
+    model's log density through the same attribute). Read, never changed; this is the one place the
+    package reads it.
+    """
+    jit_fn = getattr(getattr(function, "vm", None), "jit_fn", None)
+    return jit_fn if isinstance(jit_fn, _numba_dispatcher()) else None
+
+
+def _numba_dispatcher():
+    from numba.core.dispatcher import (
+        Dispatcher,  # imported on use: numba is PyTensor's, loaded with its linker
+    )
+
+    return Dispatcher
+
+
+def numba_mode() -> bool:
+    """Whether :func:`current_mode` compiles with PyTensor's Numba linker."""
+    from pytensor.link.numba.linker import NumbaLinker
+
+    return isinstance(current_mode().linker, NumbaLinker)

@@ -23,15 +23,18 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from pymc.blocking import RaveledVars
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import drift_check, mean_check
+from pymc_subsample.estimators.estimate_graph import EstimateGraph
 from pymc_subsample.kernels import ecs_tuning
 from pymc_subsample.kernels.potential import SubsampledPotential
 from pymc_subsample.kernels.subsample_update import GibbsState, draw_subsample, gibbs_step, propose_subsample
 from pymc_subsample.kernels.tuning import difference_deviations, pilot_differences
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, pass_progress
+from pymc_subsample.model.compile import numba_mode
 from pymc_subsample.pymc_protocol import step_state
 from pymc_subsample.step_methods.base import (
     BASE_KWARGS,
@@ -39,6 +42,12 @@ from pymc_subsample.step_methods.base import (
     SubsampleStepState,
     check_size,
     warn_poor,
+)
+from pymc_subsample.step_methods.compiled_inner import (
+    COMPILED_KEYWORDS,
+    CompiledECS,
+    CompiledHMC,
+    compiled_options,
 )
 from pymc_subsample.step_methods.inner_hmc import (
     CURVED_TARGET_ACCEPT,
@@ -69,7 +78,7 @@ class HMCECSState(SubsampleStepState):
 
 
 @step_state(HMCECSState)
-class HMCECS(InnerHMC, SubsampleStep):
+class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
     r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
 
     Parameters
@@ -124,6 +133,15 @@ class HMCECS(InnerHMC, SubsampleStep):
         adapting it gains no ESS/s: ``benchmarks/README.md``).
     target_variance : float
         Target of σ̂² (perturbed, ``subsample_size="auto"``) or of Var log|L̂| (signed).
+    compiled : bool or None
+        With ``inner="hmc"``: run each iteration, the subsample update and the whole trajectory, in
+        one compiled call (:mod:`pymc_subsample.kernels.compiled_hmc`: a Numba loop around the
+        estimate's own compiled function) instead of PyMC's HamiltonianMC calling the estimate from
+        Python at every leapfrog step. Both draw their random numbers alike: the same seed gives the
+        same draws to rounding. None (default): compiled where PyTensor compiles to Numba (its
+        default mode) and the keywords for the inner sampler are among ``step_scale``,
+        ``max_steps``, ``gamma``, ``k``, ``t0``; else PyMC's HamiltonianMC. ``self.compiled`` says
+        which runs. True: compiled, or an error that says why not.
     **kwargs
         ``rng``, ``chunk_size``; others go to the inner NUTS/HMC.
 
@@ -146,9 +164,10 @@ class HMCECS(InnerHMC, SubsampleStep):
 
     def __init__(self, vars=None, *, subsample_size=None, num_blocks=100, estimator="perturbed",
                  proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=None,
-                 mass_matrix="auto", model=None, target_variance=1.0, **kwargs):
+                 mass_matrix="auto", model=None, target_variance=1.0, compiled=None, **kwargs):
         _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance)
         check_inner_keywords("HMCECS", kwargs)
+        _check_compiled(compiled, inner, {k: v for k, v in kwargs.items() if k not in BASE_KWARGS})
         self._requested, self.estimator = (subsample_size, num_blocks), estimator
         self.is_exact, self.target_variance = estimator == "signed", float(target_variance)
         base_kwargs = {k: kwargs.pop(k) for k in BASE_KWARGS if k in kwargs}
@@ -165,8 +184,8 @@ class HMCECS(InnerHMC, SubsampleStep):
                                                          "potential" in kwargs)
         if target_accept is None:
             target_accept = CURVED_TARGET_ACCEPT if curved else TARGET_ACCEPT
-        self.inner = self._make_inner(inner, metric, precision, trajectory_length, target_accept, kwargs,
-                                      adaptation_window=window)
+        self.inner = self._choose_inner(inner, compiled, metric, precision, trajectory_length, target_accept,
+                                        kwargs, window)
         self.started, self.subsample, self.current, self.current_theta = False, None, None, None
         self.warmup_thetas, self.warmup_signs, self.warmup_warned, self._size_warned = [], [], False, False
 
@@ -176,6 +195,24 @@ class HMCECS(InnerHMC, SubsampleStep):
             check_size(subsample_size, "subsample_size", n_rows, allow=("auto",))
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
             raise ValueError(f"num_blocks must be a positive integer; got {num_blocks!r}.")
+
+    def _choose_inner(self, inner, compiled, metric, precision, trajectory_length, target_accept, kwargs,
+                      window):
+        """:class:`CompiledHMC` where ``compiled`` allows it and the estimate compiles to a Numba function
+        (``self.compiled``), else PyMC's NUTS or HMC on :attr:`potential`.
+        """
+        options = compiled_options(kwargs) if inner == "hmc" else None
+        self.compiled, self.estimate_graph, self._compiled_args = False, None, None
+        if compiled is not False and options is not None and numba_mode():
+            self.estimate_graph = EstimateGraph(self.target, self.estimator)
+            if self._potential_function()[1] is not None:
+                self.compiled = True
+                path_length = 1.2 if trajectory_length is None else trajectory_length
+                built = self._metric(metric, precision, window, diagonal_default=True)
+                return CompiledHMC(built, self.tall.ndim, path_length, target_accept, self.rng.spawn(1)[0],
+                                   **options)
+        return self._make_inner(inner, metric, precision, trajectory_length, target_accept, kwargs,
+                                adaptation_window=window)
 
     # ------------------------------------------------- the estimator's design and its functions of the rows
     def _differences(self, rng, thetas):
@@ -231,6 +268,11 @@ class HMCECS(InnerHMC, SubsampleStep):
             q0 = self._start_near_center(q0)
         if self.tune:
             self._retune()
+        if self.compiled:
+            theta, stats = self._compiled_astep(q0)
+            q_new = RaveledVars(theta.astype(q0.data.dtype), q0.point_map_info)
+            self._record_warmup(q_new)
+            return q_new, [stats]
         # 1. u | θ (eq. 3.5)
         state = GibbsState(self.subsample, self.current, self.current_theta)
         gibbs, info = gibbs_step(self.rng, state, q0.data, self._propose_subsample, self.potential.estimate)
@@ -254,11 +296,14 @@ class HMCECS(InnerHMC, SubsampleStep):
             n_grad_evals=self.potential.n_rows_evaluated - before_inner,
             sign=self.current.sign,
         )
+        self._record_warmup(q_new)
+        return q_new, [stats]
+
+    def _record_warmup(self, q_new):
         if self.tune:  # the retuning's points, and the drift check's reference (run_checks)
             self.warmup_thetas.append(np.array(q_new.data, dtype=float))
             if self.estimator == "signed":
                 self.warmup_signs.append(self.current.sign)
-        return q_new, [stats]
 
     # ------------------------------------------------------ tuning and checks
     def reset_tuning(self):
@@ -345,6 +390,26 @@ def _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance
         )
     if target_variance <= 0:
         raise ValueError(f"target_variance must be positive; got {target_variance!r}.")
+
+
+def _check_compiled(compiled, inner, inner_kwargs):
+    """``compiled``, checked before any set-up against ``inner`` and the keywords for the inner sampler."""
+    if compiled not in (None, True, False):
+        raise ValueError(f"compiled must be None, True or False; got {compiled!r}.")
+    if not compiled:
+        return
+    if inner != "hmc":
+        raise ValueError("compiled=True runs HMC with a fixed path length in one compiled call per "
+                         "iteration: "
+                         "pass inner='hmc' too (inner='nuts' runs PyMC's NUTS).")
+    if compiled_options(inner_kwargs) is None:
+        raise TypeError(f"compiled=True takes only these keywords of pm.HamiltonianMC: "
+                        f"{', '.join(COMPILED_KEYWORDS)}; got {sorted(inner_kwargs)}. Pass compiled=False "
+                        "to run "
+                        "PyMC's HamiltonianMC with them.")
+    if not numba_mode():
+        raise ValueError("compiled=True needs PyTensor's Numba backend (its default mode); the mode in use "
+                         "compiles elsewhere. Use compile_kwargs={'mode': 'NUMBA'} or compiled=None.")
 
 
 def _variance_remedy_text(auto, estimator):

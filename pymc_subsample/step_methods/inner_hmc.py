@@ -15,7 +15,11 @@ import numpy as np
 import pymc as pm
 import scipy.linalg
 from pymc.blocking import RaveledVars
-from pymc.step_methods.hmc.quadpotential import QuadPotentialFull, QuadPotentialFullAdapt
+from pymc.step_methods.hmc.quadpotential import (
+    QuadPotentialDiagAdapt,
+    QuadPotentialFull,
+    QuadPotentialFullAdapt,
+)
 
 from pymc_subsample.pymc_protocol import PotentialForPyMC
 
@@ -177,24 +181,9 @@ class InnerHMC:
         default diagonal adaptation).
         """
         kwargs = dict(kwargs)
-        if mass_matrix == "laplace_adapt":
-            cov = np.linalg.inv(precision)
-            with warnings.catch_warnings():
-                # PyMC flags its dense adaptation as experimental; HMCECS's "auto" chose it for the
-                # user (documented, measured in benchmarks/README.md), so the user is not warned
-                warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental", UserWarning)
-                window = {} if adaptation_window is None else {"adaptation_window": adaptation_window}
-                kwargs["potential"] = QuadPotentialFullAdapt(
-                    self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10, rng=self.rng.spawn(1)[0],
-                    **window)
-        elif mass_matrix == "laplace":
-            # Given by the covariance M⁻¹, not by the precision M: the same kinetic energy and
-            # momentum law, but PyMC then computes each velocity M⁻¹p as one dense mat-vec instead
-            # of a SciPy cho_solve with finiteness checks, 36 µs a call at d = 30 (two calls per
-            # leapfrog step: 14% of an HMCECS iteration at m = 1000); and the momentum is drawn by
-            # a product too (LaplaceMetric). The inner sampler's setup_chain gives it the chain's generator.
-            cov = np.linalg.inv(precision)
-            kwargs["potential"] = LaplaceMetric(0.5 * (cov + cov.T), rng=self.rng.spawn(1)[0])
+        metric = self._metric(mass_matrix, precision, adaptation_window)
+        if metric is not None:
+            kwargs["potential"] = metric
         kwargs.update(
             vars=self.tall.value_vars,
             model=self.tall.model,
@@ -211,13 +200,42 @@ class InnerHMC:
             )
         return pm.NUTS(**kwargs)
 
+    def _metric(self, mass_matrix, precision, adaptation_window=None, *, diagonal_default=False):
+        """The inner sampler's metric for ``mass_matrix`` (:meth:`_make_inner`): a PyMC potential, or
+        None for ``"adapt"`` (PyMC's own default), or with ``diagonal_default`` PyMC's diagonal
+        adaptation from unit variances, PyMC's default built here.
+        """
+        if mass_matrix == "laplace_adapt":
+            cov = np.linalg.inv(precision)
+            with warnings.catch_warnings():
+                # PyMC flags its dense adaptation as experimental; HMCECS's "auto" chose it for the
+                # user (documented, measured in benchmarks/README.md), so the user is not warned
+                warnings.filterwarnings("ignore", "QuadPotentialFullAdapt is an experimental", UserWarning)
+                window = {} if adaptation_window is None else {"adaptation_window": adaptation_window}
+                return QuadPotentialFullAdapt(self.tall.ndim, self.proxy.center, 0.5 * (cov + cov.T), 10,
+                                              rng=self.rng.spawn(1)[0], **window)
+        if mass_matrix == "laplace":
+            # Given by the covariance M⁻¹, not by the precision M: the same kinetic energy and
+            # momentum law, but PyMC then computes each velocity M⁻¹p as one dense mat-vec instead
+            # of a SciPy cho_solve with finiteness checks, 36 µs a call at d = 30 (two calls per
+            # leapfrog step: 14% of an HMCECS iteration at m = 1000); and the momentum is drawn by
+            # a product too (LaplaceMetric). The inner sampler's setup_chain gives it the chain's generator.
+            cov = np.linalg.inv(precision)
+            return LaplaceMetric(0.5 * (cov + cov.T), rng=self.rng.spawn(1)[0])
+        if diagonal_default:
+            return QuadPotentialDiagAdapt(self.tall.ndim, self.proxy.center, np.ones(self.tall.ndim), 10,
+                                          rng=self.rng.spawn(1)[0])
+        return None
+
     def _inner_stats(self, inner_stats) -> dict:
         """The inner sampler's stats under ArviZ's names, those this step declares only; HMC's
-        ``tree_depth`` is 0.
+        ``tree_depth`` is 0 and its ``max_energy_error`` NaN.
         """
         stats = {INNER_STAT_NAMES.get(k, k): v for k, v in inner_stats.items()}
         stats = {k: stats[k] for k in self.stats_dtypes_shapes if k in stats}
         stats.setdefault("tree_depth", 0)
+        # PyMC's HamiltonianMC does not track the energy error along its path: not known, not 0
+        stats.setdefault("max_energy_error", np.nan)
         return stats
 
     def _start_near_center(self, q0):

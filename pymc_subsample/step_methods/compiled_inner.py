@@ -1,0 +1,219 @@
+"""HMCECS with ``inner="hmc"``: each iteration one compiled call (:mod:`pymc_subsample.kernels.compiled_hmc`).
+
+PyMC's HamiltonianMC integrates in Python, one call of the potential per leapfrog step, and the
+subsample update runs in Python between its calls. Here one Numba call runs the subsample update
+(Dang et al. 2019 eq. 3.5) and the whole trajectory on the estimate's own compiled function
+(:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`). What stays in Python is what PyMC's
+HMC does between trajectories, done with PyMC's own pieces: the step size's dual averaging
+(``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or PyMC's adaptive ones,
+whose momentum draw and ``update`` are theirs), the jittered step size U(0.85, 1.15)·ε and
+L = ⌊path length / ε⌋ steps, as ``pm.HamiltonianMC``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
+from pymc.step_methods.step_sizes import DualAverageAdaptation
+
+from pymc_subsample.kernels.compiled_hmc import HMCResult, ecs_iteration
+from pymc_subsample.model.compile import numba_callable
+from pymc_subsample.pymc_protocol import step_state
+
+__all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "compiled_options"]
+
+#: keywords of ``pm.HamiltonianMC`` that the compiled HMC takes too (with PyMC's defaults)
+COMPILED_KEYWORDS = ("step_scale", "max_steps", "gamma", "k", "t0")
+
+
+def compiled_options(kwargs) -> dict:
+    """The keywords of :data:`COMPILED_KEYWORDS` in ``kwargs``, or None where ``kwargs`` holds others
+    (those only PyMC's own HMC takes).
+    """
+    if set(kwargs) - set(COMPILED_KEYWORDS):
+        return None
+    return dict(kwargs)
+
+
+@dataclass_state
+class CompiledHMCState(DataClassState):
+    step_adapt: Any
+    metric: Any
+    rng: Any
+    tune: bool
+    divergences: int
+    inverse_mass: Any
+
+
+@step_state(CompiledHMCState)
+class CompiledHMC(WithSamplingState):
+    """The step size, metric and stats of HMC whose trajectories run compiled.
+
+    Parameters
+    ----------
+    metric : pymc QuadPotential
+        Draws the momentum (``random``), gives M⁻¹ (``velocity``) and adapts (``update``).
+    ndim : int
+    path_length : float
+        εL, on the metric's scale.
+    target_accept : float
+        Dual-averaging target.
+    rng : numpy.random.Generator
+    step_scale, max_steps, gamma, k, t0
+        As ``pm.HamiltonianMC``: the first step size is ``step_scale / ndim**0.25``.
+    """
+
+    def __init__(self, metric, ndim, path_length, target_accept, rng, *, step_scale=0.25, max_steps=1024,
+                 gamma=0.05, k=0.75, t0=10):
+        self.metric, self.path_length, self.max_steps = metric, float(path_length), int(max_steps)
+        self.step_adapt = DualAverageAdaptation(step_scale / ndim**0.25, target_accept, gamma, k, t0)
+        self.rng, self.tune, self.divergences = rng, True, 0
+        self.inverse_mass = None
+        self._probe = np.random.default_rng(0).standard_normal(ndim)
+
+    def setup_chain(self, rng, tune, draws):
+        """The chain's generator, and one spawned from it for the metric's momentum draws."""
+        self.rng = rng
+        self.metric.set_rng(rng.spawn(1)[0])
+
+    def reset_tuning(self):
+        self.step_adapt.reset()
+        self.metric.reset()
+        self.tune, self.divergences, self.inverse_mass = True, 0, None
+
+    def stop_tuning(self):
+        self.tune = False
+
+    def draw(self):
+        """(p₀ ~ N(0, M), ε jittered, L, M⁻¹) for one trajectory, in the order PyMC's HamiltonianMC
+        draws them (so that both give the same draws from the same generators).
+        """
+        momentum = self.metric.random()
+        step_size = self.step_adapt.current(self.tune) * self.rng.uniform(0.85, 1.15)
+        n_steps = min(self.max_steps, max(1, int(self.path_length / step_size)))
+        return momentum, step_size, n_steps, self._current_inverse_mass()
+
+    def _current_inverse_mass(self):
+        """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again only when the
+        velocity of a fixed probe vector changed (PyMC's adaptive metrics change at window ends).
+        """
+        probe = self.metric.velocity(self._probe)
+        if self.inverse_mass is None or not np.array_equal(probe, self.inverse_mass[1]):
+            eye = np.eye(len(self._probe))
+            matrix = np.column_stack([self.metric.velocity(e) for e in eye])
+            self.inverse_mass = (np.ascontiguousarray(matrix), probe)
+        return self.inverse_mass[0]
+
+    def update(self, result: HMCResult, perf_start) -> dict:
+        """Adapt after one transition; its stats under ArviZ's names (as :data:`INNER_HMC_STATS`), with
+        ``step_size`` and ``step_size_bar`` the dual averaging's after its update, as PyMC's
+        HamiltonianMC reports them.
+        """
+        self.step_adapt.update(result.accept_prob, self.tune)
+        self.metric.update(result.theta, result.grad, self.tune)
+        if result.diverging and not self.tune:
+            self.divergences += 1
+        return {
+            "diverging": bool(result.diverging),
+            "divergences": self.divergences,
+            "energy": result.energy,
+            "energy_error": result.energy_error,
+            "max_energy_error": result.max_energy_error,
+            **self.step_adapt.stats(),
+            "acceptance_rate": result.accept_prob,
+            "n_steps": result.n_steps,
+            "tree_depth": 0,
+            "perf_counter_diff": time.perf_counter() - perf_start,
+        }
+
+
+class CompiledECS:
+    """Mixin of :class:`~pymc_subsample.step_methods.hmcecs.HMCECS`: its iteration as one call of
+    :func:`~pymc_subsample.kernels.compiled_hmc.ecs_iteration` (``self.inner`` a :class:`CompiledHMC`,
+    ``self.estimate_graph`` an :class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`).
+    """
+
+    def _potential_function(self):
+        """The estimate's compiled function and its Numba function (None off PyTensor's Numba backend)."""
+        function = self.estimate_graph.function()
+        return function, numba_callable(function)
+
+    def _batch_args(self, subsample, parent=None) -> tuple:
+        """(the arguments of the estimate's function for ``subsample``'s batch, its rows' terms at θ*);
+        ``parent``: the subsample it was proposed from, with its terms, whose unchanged rows' terms it keeps.
+        """
+        batch = subsample.rows.batch if self.estimator == "signed" else subsample.batch
+        parent_terms = None if parent is None else (parent[0].rows.batch if self.estimator == "signed"
+                                                    else parent[0].batch, parent[1])
+        terms = self.target.center_args(batch, parent_terms) if self.target.glm is not None else ()
+        return self.estimate_graph.batch_args(batch, terms, self.potential.n_exact), terms
+
+    def _shared_args(self, subsample) -> list:
+        design = self.design
+        if self.estimator == "signed":
+            return self.estimate_graph.shared_args(batch_size=design.m, a=design.a, lam=design.lam)
+        return self.estimate_graph.shared_args(n_rest=self.potential.n_rest, n_exact=self.potential.n_exact,
+                                               rows=self.potential.rows_in(subsample))
+
+    def _compiled_astep(self, q0):
+        """One HMC-ECS iteration in one compiled call; (θ, stats) as :meth:`HMCECS.astep`."""
+        perf_start = time.perf_counter()
+        function, potential = self._potential_function()
+        theta = np.asarray(q0.data, dtype=self.tall.theta.dtype)
+        if self._compiled_args is None or self._compiled_args[0] is not self.subsample:
+            args, terms = self._batch_args(self.subsample)
+            self._compiled_args = (self.subsample, args, terms)
+        shared = self._shared_args(self.subsample)
+        current = tuple(self._compiled_args[1]) + tuple(shared)
+        rows_read = 0  # the rows of the estimates: the start's where it is not known, u′'s at θ₀, the path's
+        if self.current is None or not np.array_equal(self.current_theta, theta):
+            value, grad, extras = function(theta, *current)
+            self.current = _estimate(float(value), grad, extras)
+            rows_read = self.potential.rows_in(self.subsample)
+        proposal = self._propose_subsample(self.rng, self.subsample)
+        proposed_args, proposed_terms = self._batch_args(proposal, (self.subsample, self._compiled_args[2]))
+        momentum, step_size, n_steps, inverse_mass = self.inner.draw()
+        log_u_subsample, log_u = np.log(self.rng.uniform()), np.log(self.inner.rng.uniform())
+        start = (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype), self.current.extras)
+        result = ecs_iteration(potential, theta, start, current, tuple(proposed_args) + tuple(shared),
+                               log_u_subsample, momentum.astype(theta.dtype), step_size, n_steps,
+                               inverse_mass.astype(theta.dtype), log_u)
+        if result.subsample_accepted:
+            self.subsample, self._compiled_args = proposal, (proposal, proposed_args, proposed_terms)
+        rows = self.potential.rows_in(self.subsample)
+        n_loglik = rows_read + self.potential.rows_in(proposal) + rows * result.hmc.n_steps
+        self.potential.n_rows_evaluated += n_loglik
+        hmc = result.hmc
+        self.current = _estimate(hmc.value, hmc.grad, hmc.extras)
+        self.current_theta = np.array(hmc.theta, copy=True)
+        stats = self.inner.update(hmc, perf_start)
+        stats.update(
+            subsample_accept=float(np.exp(min(0.0, result.subsample_log_ratio)))
+            if np.isfinite(result.subsample_log_ratio) else 0.0,
+            loglik_var=float(result.start[2][0]),  # σ̂² at θ^(j-1) with the accepted u^(j)
+            n_loglik_evals=n_loglik,
+            n_grad_evals=rows * hmc.n_steps,
+            sign=self.current.sign,
+        )
+        return hmc.theta, stats
+
+
+class _Estimate(NamedTuple):
+    """The estimate at a point as :class:`~pymc_subsample.kernels.potential.Estimate` has it, with the
+    extras vector of the compiled function kept for the next call.
+    """
+
+    value: float
+    grad: np.ndarray
+    loglik_var: float
+    sign: int
+    extras: np.ndarray
+
+
+def _estimate(value, grad, extras) -> _Estimate:
+    extras = np.asarray(extras, dtype="float64")
+    sign = int(extras[1]) if extras.size > 1 else 1
+    return _Estimate(float(value), np.asarray(grad), float(extras[0]), sign, extras)
