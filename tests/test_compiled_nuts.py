@@ -8,6 +8,7 @@ import pytest
 
 from pymc_subsample.kernels.compiled_nuts import (
     MAX_ENERGY_ERROR,
+    _kernels,
     _turning,
     _uniform,
     ecs_nuts_iteration,
@@ -50,10 +51,14 @@ def covariance(sds, rho):
     return corr * np.outer(sds, sds)
 
 
+MU4, COV4 = [0.0, 1.0, -2.0, 3.0], covariance([1.0, 2.0, 0.5, 1.0], 0.8)
 TARGETS = {  # name: (mean, covariance, exact metric?, step size)
     "d1": ([1.5], np.array([[4.0]]), False, 1.0),
-    "d4-correlated-identity": ([0.0, 1.0, -2.0, 3.0], covariance([1.0, 2.0, 0.5, 1.0], 0.8), False, 0.2),
-    "d4-correlated-exact": ([0.0, 1.0, -2.0, 3.0], covariance([1.0, 2.0, 0.5, 1.0], 0.8), True, 0.8),
+    "d4-correlated-identity": (MU4, COV4, False, 0.2),
+    "d4-correlated-exact": (MU4, COV4, True, 0.8),
+    # ε near the leapfrog's stability limit of 2 in the whitened coordinates: mean tree accept 0.32,
+    # so that the e^{−ΔH} weights matter (with equal weights the variance is 20 MCSEs off)
+    "d4-correlated-exact-large-step": (MU4, COV4, True, 1.7),
     "d10-scaled-identity": (np.arange(10.0), covariance(np.logspace(-0.5, 0.5, 10), 0.5), False, 0.15),
     "d10-scaled-exact": (np.arange(10.0), covariance(np.logspace(-1, 1, 10), 0.5), True, 0.6),
 }
@@ -101,7 +106,7 @@ def test_gaussian_moments(name):
     assert np.abs(z_mean).max() < 4.5, z_mean
     assert np.abs(z_var).max() < 4.5, z_var
     assert np.all(steps < 2 ** depth) and np.all(steps >= 2 ** (depth - 1))
-    assert 0.5 < accept.mean() <= 1.0
+    assert 0.25 < accept.mean() <= 1.0
 
 
 def test_seeded():
@@ -111,6 +116,9 @@ def test_seeded():
     a, b, c = (nuts_transition(gaussian, args, theta, start, p, 0.3, np.eye(3), s) for s in (7, 7, 8))
     assert np.array_equal(a.theta, b.theta) and a.n_steps == b.n_steps
     assert not (np.array_equal(a.theta, c.theta) and a.tree_depth == c.tree_depth)
+    # one kernel a potential, compiled once for chained calls (a draw fed back has the input's types)
+    nuts_transition(gaussian, args, a.theta, (a.value, a.grad, a.extras), p, 0.3, np.eye(3), 9)
+    assert len(_kernels(gaussian)[0].signatures) == 1
 
 
 def splitmix64(seed, n):
