@@ -26,10 +26,10 @@ from pymc_subsample.pymc_protocol import PotentialForPyMC
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def run_hmcecs(model, m, draws, tune, seed=1):
+def run_hmcecs(model, m, draws, tune, seed=1, **kwargs):
     with model:
         t = time.perf_counter()
-        step = pms.HMCECS(subsample_size=m, num_blocks=100)
+        step = pms.HMCECS(subsample_size=m, num_blocks=100, **kwargs)
         setup = time.perf_counter() - t
         t = time.perf_counter()
         idata = pm.sample(
@@ -92,9 +92,11 @@ def min_ess(idata):
 def compare_on(name, X, y, args):
     print(f"\n## {name}: N = {X.shape[0]}, d = {X.shape[1]}")
     model = logistic_model(X, y)
-    idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune, seed=args.seed)
+    idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune, seed=args.seed,
+                                              compiled=args.compiled)
     ess = min_ess(idata)
-    rows = [("pymc_subsample HMCECS", setup, sampling, ess, idata)]
+    label = "pymc_subsample HMCECS" + (" (compiled=True)" if args.compiled else "")
+    rows = [(label, setup, sampling, ess, idata)]
     ref = None
     if not args.skip_nuts:
         ref, seconds = run_nuts(model, args.nuts_draws, args.nuts_tune, seed=args.seed)
@@ -162,12 +164,13 @@ def scaling(args):
           f"per evaluation: {per_eval[10**7] / per_eval[10**5]:.2f}")
 
 
-#: HMCECS's inner samplers timed per iteration: PyMC's NUTS (the default), PyMC's HamiltonianMC, and
-#: the compiled HMC iteration (kernels.compiled_hmc)
+#: HMCECS's inner samplers timed per iteration: PyMC's NUTS (the default) and HamiltonianMC, and the
+#: compiled iterations (kernels.compiled_nuts, kernels.compiled_hmc)
 INNER_SAMPLERS = {
-    "NUTS (PyMC's, default)": dict(),
-    "HMC, PyMC's HamiltonianMC": dict(inner="hmc", compiled=False),
-    "HMC, compiled": dict(inner="hmc", compiled=True),
+    "NUTS, PyMC's (default)": dict(),
+    "NUTS, compiled=True": dict(compiled=True),
+    "HMC, PyMC's HamiltonianMC": dict(inner="hmc"),
+    "HMC, compiled=True": dict(inner="hmc", compiled=True),
 }
 
 
@@ -196,7 +199,8 @@ def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
                 per_iter, idata = marginal_seconds_per_draw(step, draws, first=210)
                 evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
                 ess = 1000 * min_ess(idata) / idata.posterior.sizes["draw"]
-                print(f"| {d} | {label} | {1e3 * per_iter:.3f} | {evals:.1f} | {1e6 * per_iter / evals:.0f} | "
+                print(f"| {d} | {label} | {1e3 * per_iter:.3f} | {evals:.1f} | "
+                      f"{1e6 * per_iter / evals:.0f} | "
                       f"{ess:.0f} | {ess / 1000 / per_iter:.3g} |")
             floor, leapfrogs = nuts_bookkeeping(step, draws)
             print(f"| {d} | PyMC's NUTS alone on a free Gaussian potential | {1e3 * floor:.3f} | "
@@ -279,5 +283,7 @@ if __name__ == "__main__":
     parser.add_argument("--only-iteration", action="store_true",
                         help="per iteration inside pm.sample, d = 31 and 4")
     parser.add_argument("--skip-nuts", action="store_true")
+    parser.add_argument("--compiled", action="store_true",
+                        help="HMCECS(compiled=True): the iteration compiled (Numba)")
     parser.add_argument("--seed", type=int, default=1, help="sampling seed of every sampler (data fixed)")
     main(parser.parse_args())

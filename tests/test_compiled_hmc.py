@@ -153,28 +153,25 @@ def test_compiled_chains_in_parallel_are_reproducible(small_logistic):
     kwargs = dict(draws=30, tune=30, chains=2, random_seed=7, progressbar=False,
                   compute_convergence_checks=False)
     with small_logistic:
-        parallel = pm.sample(step=pms.HMCECS(subsample_size=200, inner="hmc"), cores=2, mp_ctx="spawn",
+        parallel = pm.sample(step=pms.HMCECS(subsample_size=200, compiled=True), cores=2, mp_ctx="spawn",
                              **kwargs)
-        sequential = pm.sample(step=pms.HMCECS(subsample_size=200, inner="hmc"), cores=1, **kwargs)
+        sequential = pm.sample(step=pms.HMCECS(subsample_size=200, compiled=True), cores=1, **kwargs)
     np.testing.assert_allclose(parallel.posterior["beta"].values, sequential.posterior["beta"].values,
                                rtol=1e-8, atol=1e-9)
 
 
-def test_where_the_compiled_path_runs(small_logistic):
+def test_compiled_is_asked_for(small_logistic):
     with small_logistic:
-        assert pms.HMCECS(inner="hmc", subsample_size=200).compiled  # PyTensor's default mode: Numba
-        assert not pms.HMCECS(subsample_size=200).compiled  # NUTS: PyMC's
-        assert not pms.HMCECS(inner="hmc", compiled=False, subsample_size=200).compiled
-        # off the Numba backend, and with keywords only PyMC's HamiltonianMC takes: PyMC's HMC
-        python_mode = {"mode": "FAST_COMPILE"}
-        assert not pms.HMCECS(inner="hmc", subsample_size=200, compile_kwargs=python_mode).compiled
-        assert not pms.HMCECS(inner="hmc", subsample_size=200, adapt_step_size=False).compiled
+        assert not pms.HMCECS(subsample_size=200).compiled  # PyMC's NUTS by default
+        assert pms.HMCECS(subsample_size=200, compiled=True).compiled
+        assert pms.HMCECS(inner="hmc", subsample_size=200, compiled=True).compiled
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
-    (dict(compiled=True), ValueError, "inner='hmc'"),
     (dict(compiled="yes", inner="hmc"), ValueError, "True or False"),
+    (dict(compiled=None), ValueError, "True or False"),
     (dict(compiled=True, inner="hmc", adapt_step_size=False), TypeError, "compiled=False"),
+    (dict(compiled=True, max_steps=10), TypeError, "max_treedepth"),
     (dict(compiled=True, inner="hmc", compile_kwargs={"mode": "FAST_COMPILE"}), ValueError, "Numba"),
 ])
 def test_compiled_bad_input(small_logistic, kwargs, error, match, monkeypatch):

@@ -31,15 +31,19 @@ def assert_moments(draws, mean, var, ess):
 
 
 @pytest.mark.parametrize(
-    "estimator,inner,n,m,order,num_blocks",
+    "estimator,inner,n,m,order,num_blocks,compiled",
     [
-        ("perturbed", "nuts", 2000, 2000, 0, 1),
-        ("perturbed", "hmc", 2000, 2000, 0, 2),
-        ("signed", "nuts", 20_000, 100, 2, 2),
-        ("signed", "hmc", 20_000, 100, 2, 2),
+        ("perturbed", "nuts", 2000, 2000, 0, 1, False),
+        ("perturbed", "hmc", 2000, 2000, 0, 2, False),
+        ("signed", "nuts", 20_000, 100, 2, 2, False),
+        ("signed", "hmc", 20_000, 100, 2, 2, False),
+        # the compiled iterations (kernels.compiled_nuts, kernels.compiled_hmc)
+        ("perturbed", "nuts", 2000, 2000, 0, 1, True),
+        ("signed", "nuts", 20_000, 100, 2, 2, True),
+        ("signed", "hmc", 20_000, 100, 2, 2, True),
     ],
 )
-def test_gaussian_mean_posterior(estimator, inner, n, m, order, num_blocks):
+def test_gaussian_mean_posterior(estimator, inner, n, m, order, num_blocks, compiled):
     # Perturbed: a zero-order proxy gives d_k = (θ − θ*)(y_k − (θ + θ*)/2), so σ̂²(θ) ≈
     # n²(θ − θ*)²/m, and with m = n its posterior mean is ≈ 1, the regime seed 004 §3.1 aims
     # at and where −σ̂²/2 matters: without it the target would be p(θ) L(θ) e^{σ²(θ)/2}, whose
@@ -53,7 +57,7 @@ def test_gaussian_mean_posterior(estimator, inner, n, m, order, num_blocks):
     with model:
         step = pms.HMCECS(
             subsample_size=m, num_blocks=num_blocks, estimator=estimator, inner=inner,
-            proxy_order=order, rng=1,
+            proxy_order=order, rng=1, compiled=compiled,
         )
         idata = pm.sample(
             step=step,

@@ -1,13 +1,15 @@
-"""HMCECS with ``inner="hmc"``: each iteration one compiled call (:mod:`pymc_subsample.kernels.compiled_hmc`).
+"""HMCECS's iterations, each one compiled call (:mod:`pymc_subsample.kernels.compiled_hmc`,
+:mod:`pymc_subsample.kernels.compiled_nuts`).
 
-PyMC's HamiltonianMC integrates in Python, one call of the potential per leapfrog step, and the
-subsample update runs in Python between its calls. Here one Numba call runs the subsample update
-(Dang et al. 2019 eq. 3.5) and the whole trajectory on the estimate's own compiled function
-(:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`). What stays in Python is what PyMC's
-HMC does between trajectories, done with PyMC's own pieces: the step size's dual averaging
-(``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or PyMC's adaptive ones,
-whose momentum draw and ``update`` are theirs), the jittered step size U(0.85, 1.15)·ε and
-L = ⌊path length / ε⌋ steps, as ``pm.HamiltonianMC``.
+PyMC's NUTS and HamiltonianMC integrate in Python, one call of the potential per leapfrog step, and
+the subsample update runs in Python between their calls. Here one Numba call runs the subsample
+update (Dang et al. 2019 eq. 3.5) and the whole NUTS or HMC transition on the estimate's own
+compiled function (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`). What stays in
+Python is what PyMC's samplers do between transitions, done with PyMC's own pieces: the step size's
+dual averaging (``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or
+PyMC's adaptive ones, whose momentum draw and ``update`` are theirs); for HMC the jittered step
+size U(0.85, 1.15)·ε and L = ⌊path length / ε⌋ steps as ``pm.HamiltonianMC``, for NUTS a tree depth
+of at most 8 in the first 200 warm-up draws and 10 after, as ``pm.NUTS``.
 """
 
 from __future__ import annotations
@@ -19,21 +21,26 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_subsample.kernels.compiled_hmc import HMCResult, ecs_iteration
+from pymc_subsample.kernels.compiled_hmc import ecs_iteration
+from pymc_subsample.kernels.compiled_nuts import ecs_nuts_iteration
 from pymc_subsample.model.compile import numba_callable
 from pymc_subsample.pymc_protocol import step_state
 
 __all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "compiled_options"]
 
-#: keywords of ``pm.HamiltonianMC`` that the compiled HMC takes too (with PyMC's defaults)
-COMPILED_KEYWORDS = ("step_scale", "max_steps", "gamma", "k", "t0")
+#: keywords of ``pm.HamiltonianMC`` and ``pm.NUTS`` that the compiled transitions take too (with
+#: PyMC's defaults)
+COMPILED_KEYWORDS = {"hmc": ("step_scale", "max_steps", "gamma", "k", "t0"),
+                     "nuts": ("step_scale", "max_treedepth", "early_max_treedepth", "gamma", "k", "t0")}
+#: PyMC's NUTS: the lower tree depth of its first warm-up draws, and how many draws it holds for
+EARLY_DRAWS = 200
 
 
-def compiled_options(kwargs) -> dict:
-    """The keywords of :data:`COMPILED_KEYWORDS` in ``kwargs``, or None where ``kwargs`` holds others
-    (those only PyMC's own HMC takes).
+def compiled_options(kwargs, inner) -> dict | None:
+    """The keywords of ``kwargs`` for the compiled ``inner`` sampler, or None where ``kwargs`` holds
+    others (those only PyMC's own sampler takes).
     """
-    if set(kwargs) - set(COMPILED_KEYWORDS):
+    if set(kwargs) - set(COMPILED_KEYWORDS[inner]):
         return None
     return dict(kwargs)
 
@@ -46,31 +53,35 @@ class CompiledHMCState(DataClassState):
     tune: bool
     divergences: int
     inverse_mass: Any
+    iter_count: int
 
 
 @step_state(CompiledHMCState)
 class CompiledHMC(WithSamplingState):
-    """The step size, metric and stats of HMC whose trajectories run compiled.
+    """The step size, metric and stats of NUTS or HMC whose transitions run compiled.
 
     Parameters
     ----------
+    kind : {"nuts", "hmc"}
     metric : pymc QuadPotential
         Draws the momentum (``random``), gives M⁻¹ (``velocity``) and adapts (``update``).
     ndim : int
     path_length : float
-        εL, on the metric's scale.
+        εL of HMC, on the metric's scale.
     target_accept : float
         Dual-averaging target.
     rng : numpy.random.Generator
-    step_scale, max_steps, gamma, k, t0
-        As ``pm.HamiltonianMC``: the first step size is ``step_scale / ndim**0.25``.
+    step_scale, max_steps, max_treedepth, early_max_treedepth, gamma, k, t0
+        As ``pm.HamiltonianMC`` and ``pm.NUTS``: the first step size is ``step_scale / ndim**0.25``.
     """
 
-    def __init__(self, metric, ndim, path_length, target_accept, rng, *, step_scale=0.25, max_steps=1024,
-                 gamma=0.05, k=0.75, t0=10):
-        self.metric, self.path_length, self.max_steps = metric, float(path_length), int(max_steps)
+    def __init__(self, kind, metric, ndim, path_length, target_accept, rng, *, step_scale=0.25,
+                 max_steps=1024, max_treedepth=10, early_max_treedepth=8, gamma=0.05, k=0.75, t0=10):
+        self.kind, self.metric = kind, metric
+        self.path_length, self.max_steps = float(path_length), int(max_steps)
+        self.max_treedepth, self.early_max_treedepth = int(max_treedepth), int(early_max_treedepth)
         self.step_adapt = DualAverageAdaptation(step_scale / ndim**0.25, target_accept, gamma, k, t0)
-        self.rng, self.tune, self.divergences = rng, True, 0
+        self.rng, self.tune, self.divergences, self.iter_count = rng, True, 0, 0
         self.inverse_mass = None
         self._probe = np.random.default_rng(0).standard_normal(ndim)
 
@@ -82,19 +93,28 @@ class CompiledHMC(WithSamplingState):
     def reset_tuning(self):
         self.step_adapt.reset()
         self.metric.reset()
-        self.tune, self.divergences, self.inverse_mass = True, 0, None
+        self.tune, self.divergences, self.inverse_mass, self.iter_count = True, 0, None, 0
 
     def stop_tuning(self):
         self.tune = False
 
     def draw(self):
-        """(p₀ ~ N(0, M), ε jittered, L, M⁻¹) for one trajectory, in the order PyMC's HamiltonianMC
-        draws them (so that both give the same draws from the same generators).
+        """(p₀ ~ N(0, M), ε, M⁻¹, and HMC's L or NUTS's seed and tree depth) for one transition.
+
+        HMC: ε jittered and L = ⌊path length / ε⌋, drawn in the order PyMC's HamiltonianMC draws them
+        (so that both give the same draws from the same generators). NUTS: ε as adapted, and one
+        uint64 seeding the transition's own uniforms (:mod:`~pymc_subsample.kernels.compiled_nuts`).
         """
         momentum = self.metric.random()
-        step_size = self.step_adapt.current(self.tune) * self.rng.uniform(0.85, 1.15)
-        n_steps = min(self.max_steps, max(1, int(self.path_length / step_size)))
-        return momentum, step_size, n_steps, self._current_inverse_mass()
+        step_size = self.step_adapt.current(self.tune)
+        if self.kind == "hmc":
+            step_size *= self.rng.uniform(0.85, 1.15)
+            extra = min(self.max_steps, max(1, int(self.path_length / step_size)))
+        else:
+            early = self.tune and self.iter_count < EARLY_DRAWS
+            extra = (self.rng.integers(2**64, dtype=np.uint64),
+                     self.early_max_treedepth if early else self.max_treedepth)
+        return momentum, step_size, self._current_inverse_mass(), extra
 
     def _current_inverse_mass(self):
         """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again only when the
@@ -107,13 +127,15 @@ class CompiledHMC(WithSamplingState):
             self.inverse_mass = (np.ascontiguousarray(matrix), probe)
         return self.inverse_mass[0]
 
-    def update(self, result: HMCResult, perf_start) -> dict:
+    def update(self, result, perf_start) -> dict:
         """Adapt after one transition; its stats under ArviZ's names (as :data:`INNER_HMC_STATS`), with
         ``step_size`` and ``step_size_bar`` the dual averaging's after its update, as PyMC's
         HamiltonianMC reports them.
         """
-        self.step_adapt.update(result.accept_prob, self.tune)
+        accept = result.accept_prob if self.kind == "hmc" else result.mean_tree_accept
+        self.step_adapt.update(accept, self.tune)
         self.metric.update(result.theta, result.grad, self.tune)
+        self.iter_count += 1
         if result.diverging and not self.tune:
             self.divergences += 1
         return {
@@ -123,9 +145,9 @@ class CompiledHMC(WithSamplingState):
             "energy_error": result.energy_error,
             "max_energy_error": result.max_energy_error,
             **self.step_adapt.stats(),
-            "acceptance_rate": result.accept_prob,
+            "acceptance_rate": accept,
             "n_steps": result.n_steps,
-            "tree_depth": 0,
+            "tree_depth": 0 if self.kind == "hmc" else result.tree_depth,
             "perf_counter_diff": time.perf_counter() - perf_start,
         }
 
@@ -137,9 +159,13 @@ class CompiledECS:
     """
 
     def _potential_function(self):
-        """The estimate's compiled function and its Numba function (None off PyTensor's Numba backend)."""
+        """The estimate's compiled function and the Numba function it runs."""
         function = self.estimate_graph.function()
-        return function, numba_callable(function)
+        potential = numba_callable(function)
+        if potential is None:
+            raise RuntimeError("compiled=True: the estimate's function was not compiled by PyTensor's Numba "
+                               "linker; pass compiled=False.")
+        return function, potential
 
     def _batch_args(self, subsample, parent=None) -> tuple:
         """(the arguments of the estimate's function for ``subsample``'s batch, its rows' terms at θ*);
@@ -175,30 +201,36 @@ class CompiledECS:
             rows_read = self.potential.rows_in(self.subsample)
         proposal = self._propose_subsample(self.rng, self.subsample)
         proposed_args, proposed_terms = self._batch_args(proposal, (self.subsample, self._compiled_args[2]))
-        momentum, step_size, n_steps, inverse_mass = self.inner.draw()
-        log_u_subsample, log_u = np.log(self.rng.uniform()), np.log(self.inner.rng.uniform())
+        momentum, step_size, inverse_mass, extra = self.inner.draw()
+        momentum, inverse_mass = momentum.astype(theta.dtype), inverse_mass.astype(theta.dtype)
+        log_u_subsample = np.log(self.rng.uniform())
         start = (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype), self.current.extras)
-        result = ecs_iteration(potential, theta, start, current, tuple(proposed_args) + tuple(shared),
-                               log_u_subsample, momentum.astype(theta.dtype), step_size, n_steps,
-                               inverse_mass.astype(theta.dtype), log_u)
+        proposed = tuple(proposed_args) + tuple(shared)
+        if self.inner.kind == "hmc":
+            result = ecs_iteration(potential, theta, start, current, proposed, log_u_subsample, momentum,
+                                   step_size, extra, inverse_mass, np.log(self.inner.rng.uniform()))
+            transition = result.hmc
+        else:
+            result = ecs_nuts_iteration(potential, theta, start, current, proposed, log_u_subsample, momentum,
+                                        step_size, inverse_mass, *extra)
+            transition = result.nuts
         if result.subsample_accepted:
             self.subsample, self._compiled_args = proposal, (proposal, proposed_args, proposed_terms)
         rows = self.potential.rows_in(self.subsample)
-        n_loglik = rows_read + self.potential.rows_in(proposal) + rows * result.hmc.n_steps
+        n_loglik = rows_read + self.potential.rows_in(proposal) + rows * transition.n_steps
         self.potential.n_rows_evaluated += n_loglik
-        hmc = result.hmc
-        self.current = _estimate(hmc.value, hmc.grad, hmc.extras)
-        self.current_theta = np.array(hmc.theta, copy=True)
-        stats = self.inner.update(hmc, perf_start)
+        self.current = _estimate(transition.value, transition.grad, transition.extras)
+        self.current_theta = np.array(transition.theta, copy=True)
+        stats = self.inner.update(transition, perf_start)
         stats.update(
             subsample_accept=float(np.exp(min(0.0, result.subsample_log_ratio)))
             if np.isfinite(result.subsample_log_ratio) else 0.0,
             loglik_var=float(result.start[2][0]),  # σ̂² at θ^(j-1) with the accepted u^(j)
             n_loglik_evals=n_loglik,
-            n_grad_evals=rows * hmc.n_steps,
+            n_grad_evals=rows * transition.n_steps,
             sign=self.current.sign,
         )
-        return hmc.theta, stats
+        return transition.theta, stats
 
 
 class _Estimate(NamedTuple):
