@@ -40,7 +40,7 @@ with build({name!r}, {rows}):
     pm.sample(step=step, draws=1, tune=0, chains=1, random_seed=0, progressbar=False,
               compute_convergence_checks=False)
 theta = step.proxy.center + 1e-3
-estimate = best_time(lambda: step.potential.estimate(theta), 200)
+estimate = best_time(lambda: step.estimate(theta), 200)
 print(first, second, estimate, step.subsample_size)
 """
 

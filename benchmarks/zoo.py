@@ -64,9 +64,9 @@ def measure(name, n_rows):
         pm.sample(step=step, draws=1, tune=160, chains=1, random_seed=0, progressbar=False,
                   compute_convergence_checks=False)
     # one estimate of value and gradient on the chain's last subsample: what a leapfrog step costs
-    t_leap = best_time(lambda: step.potential.estimate(x0 + 1e-3), 200)
+    t_leap = best_time(lambda: step.estimate(x0 + 1e-3), 200)
     return dict(d=step.tall.ndim, first=first, warm=warm, passes=warm / t_full, leap=t_leap, full=t_full,
-                m=step.potential.subsample.size, nuts_passes=nuts_warm / t_full)
+                m=step.subsample_size, nuts_passes=nuts_warm / t_full)
 
 
 COLD = """

@@ -160,16 +160,20 @@ def test_compiled_chains_in_parallel_are_reproducible(small_logistic):
                                rtol=1e-8, atol=1e-9)
 
 
-def test_compiled_is_asked_for(small_logistic):
+def test_where_the_compiled_path_runs(small_logistic):
     with small_logistic:
-        assert not pms.HMCECS(subsample_size=200).compiled  # PyMC's NUTS by default
-        assert pms.HMCECS(subsample_size=200, compiled=True).compiled
+        assert pms.HMCECS(subsample_size=200).compiled  # NUTS's tree in the cached Numba machine
+        assert not pms.HMCECS(subsample_size=200, compiled=False).compiled
+        # a keyword only PyMC's NUTS takes
+        assert not pms.HMCECS(subsample_size=200, adapt_step_size=False).compiled
+        assert not pms.HMCECS(inner="hmc", subsample_size=200).compiled  # PyMC's HamiltonianMC
         assert pms.HMCECS(inner="hmc", subsample_size=200, compiled=True).compiled
+        # the NUTS machine calls the estimate's function in whatever mode it was compiled
+        assert pms.HMCECS(subsample_size=200, compile_kwargs={"mode": "FAST_COMPILE"}).compiled
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(compiled="yes", inner="hmc"), ValueError, "True or False"),
-    (dict(compiled=None), ValueError, "True or False"),
     (dict(compiled=True, inner="hmc", adapt_step_size=False), TypeError, "compiled=False"),
     (dict(compiled=True, max_steps=10), TypeError, "max_treedepth"),
     (dict(compiled=True, inner="hmc", compile_kwargs={"mode": "FAST_COMPILE"}), ValueError, "Numba"),

@@ -158,8 +158,10 @@ def test_laplace_metric_draws_pymcs_momenta_and_is_the_default_metric():
     np.testing.assert_allclose(ours.velocity(x), cov @ x)
     model, _, _ = gaussian_linear_model(n=300, d=2)
     with model:
-        assert isinstance(pms.HMCECS(subsample_size=300, mass_matrix="laplace", rng=0).inner.potential,
-                          LaplaceMetric)
+        pymc_nuts = pms.HMCECS(subsample_size=300, mass_matrix="laplace", rng=0, compiled=False)
+        assert isinstance(pymc_nuts.inner.potential, LaplaceMetric)
+        numba_tree = pms.HMCECS(subsample_size=300, mass_matrix="laplace", rng=0)
+        assert isinstance(numba_tree.inner.metric, LaplaceMetric)
 
 
 @pytest.fixture(scope="module")
@@ -287,8 +289,8 @@ def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logis
 
 
 def test_potential_keeps_a_trajectorys_estimates_until_told_to_forget(small_logistic):
-    with small_logistic:
-        step = pms.HMCECS(subsample_size=200, rng=0)
+    with small_logistic:  # PyMC's NUTS on the kernel's potential
+        step = pms.HMCECS(subsample_size=200, rng=0, compiled=False)
     potential = step.potential
     # what PyMC's integrator calls is the kernel's own method, with no call of the adapter's between
     call = step.inner._logp_dlogp_func._pytensor_function

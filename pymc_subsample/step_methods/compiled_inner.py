@@ -1,15 +1,22 @@
-"""HMCECS's iterations, each one compiled call (:mod:`pymc_subsample.kernels.compiled_hmc`,
-:mod:`pymc_subsample.kernels.compiled_nuts`).
+"""HMCECS's iterations with their NUTS tree or HMC trajectory in Numba.
 
-PyMC's NUTS and HamiltonianMC integrate in Python, one call of the potential per leapfrog step, and
-the subsample update runs in Python between their calls. Here one Numba call runs the subsample
-update (Dang et al. 2019 eq. 3.5) and the whole NUTS or HMC transition on the estimate's own
-compiled function (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`). What stays in
-Python is what PyMC's samplers do between transitions, done with PyMC's own pieces: the step size's
-dual averaging (``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or
-PyMC's adaptive ones, whose momentum draw and ``update`` are theirs); for HMC the jittered step
-size U(0.85, 1.15)·ε and L = ⌊path length / ε⌋ steps as ``pm.HamiltonianMC``, for NUTS a tree depth
-of at most 8 in the first 200 warm-up draws and 10 after, as ``pm.NUTS``.
+PyMC's NUTS and HamiltonianMC run their trees and trajectories in Python, 20-30 µs of bookkeeping a
+leapfrog step around the potential's call. Here:
+
+- NUTS (the default): the tree runs in a Numba state machine cached on disk
+  (:mod:`pymc_subsample.kernels.resumable_nuts`) that hands each new point back to Python, which
+  calls the estimate's compiled function (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`,
+  in whatever mode PyTensor compiles it) and resumes the machine: 1-2 µs of bookkeeping a step, and
+  no compilation in a process once the machine is in Numba's cache;
+- HMC with ``compiled=True``: the subsample update and the whole trajectory in one Numba call
+  (:mod:`pymc_subsample.kernels.compiled_hmc`) around the estimate's Numba function, which Numba
+  compiles again in every process (1-4 s).
+
+What stays in Python is what PyMC's samplers do between transitions, with PyMC's own pieces: the step
+size's dual averaging (``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or
+PyMC's adaptive ones, whose momentum draw and ``update`` are theirs); for HMC the jittered step size
+U(0.85, 1.15)·ε and L = ⌊path length / ε⌋ steps as ``pm.HamiltonianMC``, for NUTS a tree depth of at
+most 8 in the first 200 warm-up draws and 10 after, as ``pm.NUTS``.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_subsample.kernels.compiled_hmc import ecs_iteration
-from pymc_subsample.kernels.compiled_nuts import ecs_nuts_iteration
+from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
 from pymc_subsample.model.compile import numba_callable
 from pymc_subsample.pymc_protocol import step_state
 
@@ -80,6 +87,7 @@ class CompiledHMC(WithSamplingState):
         self.kind, self.metric = kind, metric
         self.path_length, self.max_steps = float(path_length), int(max_steps)
         self.max_treedepth, self.early_max_treedepth = int(max_treedepth), int(early_max_treedepth)
+        self.target_accept = target_accept
         self.step_adapt = DualAverageAdaptation(step_scale / ndim**0.25, target_accept, gamma, k, t0)
         self.rng, self.tune, self.divergences, self.iter_count = rng, True, 0, 0
         self.inverse_mass = None
@@ -159,13 +167,23 @@ class CompiledECS:
     """
 
     def _potential_function(self):
-        """The estimate's compiled function and the Numba function it runs."""
+        """The estimate's compiled function, and (HMC) the Numba function it runs."""
         function = self.estimate_graph.function()
+        if self.inner.kind == "nuts":
+            return function, None
         potential = numba_callable(function)
         if potential is None:
-            raise RuntimeError("compiled=True: the estimate's function was not compiled by PyTensor's Numba "
-                               "linker; pass compiled=False.")
+            raise RuntimeError("compiled=True with inner='hmc': the estimate's function was not compiled by "
+                               "PyTensor's Numba linker; pass compiled=False.")
         return function, potential
+
+    def _nuts_machine(self, max_treedepth):
+        """The chain's :class:`NUTSMachine` (its arrays, reused from one transition to the next)."""
+        d, extras = self.tall.ndim, len(self.estimate_graph.extras)
+        machine = getattr(self, "_machine", None)
+        if machine is None or not machine.fits(d, extras, max_treedepth):
+            machine = self._machine = NUTSMachine(d, extras, max(max_treedepth, self.inner.max_treedepth))
+        return machine
 
     def _batch_args(self, subsample, parent=None) -> tuple:
         """(the arguments of the estimate's function for ``subsample``'s batch, its rows' terms at θ*);
@@ -184,16 +202,26 @@ class CompiledECS:
         return self.estimate_graph.shared_args(n_rest=self.potential.n_rest, n_exact=self.potential.n_exact,
                                                rows=self.potential.rows_in(subsample))
 
+    def _current_args(self) -> tuple:
+        """The estimate function's arguments for the current subsample (kept while it is current)."""
+        if self._compiled_args is None or self._compiled_args[0] is not self.subsample:
+            args, terms = self._batch_args(self.subsample)
+            self._compiled_args = (self.subsample, args, terms)
+        return tuple(self._compiled_args[1]) + tuple(self._shared_args(self.subsample))
+
+    def _compiled_estimate(self, theta):
+        """The estimate at θ on the current subsample, by the compiled function."""
+        theta = np.asarray(theta, dtype=self.tall.theta.dtype)
+        value, grad, extras = self._potential_function()[0](theta, *self._current_args())
+        return _estimate(float(value), grad, extras)
+
     def _compiled_astep(self, q0):
         """One HMC-ECS iteration in one compiled call; (θ, stats) as :meth:`HMCECS.astep`."""
         perf_start = time.perf_counter()
         function, potential = self._potential_function()
         theta = np.asarray(q0.data, dtype=self.tall.theta.dtype)
-        if self._compiled_args is None or self._compiled_args[0] is not self.subsample:
-            args, terms = self._batch_args(self.subsample)
-            self._compiled_args = (self.subsample, args, terms)
-        shared = self._shared_args(self.subsample)
-        current = tuple(self._compiled_args[1]) + tuple(shared)
+        current = self._current_args()
+        shared = current[len(self._compiled_args[1]):]
         rows_read = 0  # the rows of the estimates: the start's where it is not known, u′'s at θ₀, the path's
         if self.current is None or not np.array_equal(self.current_theta, theta):
             value, grad, extras = function(theta, *current)
@@ -211,8 +239,10 @@ class CompiledECS:
                                    step_size, extra, inverse_mass, np.log(self.inner.rng.uniform()))
             transition = result.hmc
         else:
-            result = ecs_nuts_iteration(potential, theta, start, current, proposed, log_u_subsample, momentum,
-                                        step_size, inverse_mass, *extra)
+            seed, max_treedepth = extra
+            result = ecs_nuts_iteration(function, theta, start, current, proposed, log_u_subsample, momentum,
+                                        step_size, inverse_mass, seed, max_treedepth,
+                                        machine=self._nuts_machine(max_treedepth))
             transition = result.nuts
         if result.subsample_accepted:
             self.subsample, self._compiled_args = proposal, (proposal, proposed_args, proposed_terms)

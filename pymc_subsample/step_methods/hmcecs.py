@@ -133,20 +133,20 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         adapting it gains no ESS/s: ``benchmarks/README.md``).
     target_variance : float
         Target of σ̂² (perturbed, ``subsample_size="auto"``) or of Var log|L̂| (signed).
-    compiled : bool
-        True: run each iteration, the subsample update and the whole NUTS or HMC transition, in one
-        compiled call (:mod:`pymc_subsample.kernels.compiled_nuts`,
-        :mod:`~pymc_subsample.kernels.compiled_hmc`:
-        Numba loops around the estimate's own compiled function) instead of PyMC's NUTS or
-        HamiltonianMC calling the estimate from Python at every leapfrog step; needs PyTensor's Numba
-        backend (its default mode) and takes, of the keywords for the inner sampler, ``step_scale``,
+    compiled : bool or None
+        Where the inner sampler's tree or trajectory runs
+        (:mod:`~pymc_subsample.step_methods.compiled_inner`).
+        None (default): with NUTS, the tree in a Numba state machine cached on disk
+        (:mod:`pymc_subsample.kernels.resumable_nuts`: the same transition as PyMC's NUTS, its
+        uniforms from one seed per transition) calling the estimate's compiled function at each new
+        point: 1-2 µs of bookkeeping a leapfrog step where PyMC's NUTS spends 20-30 µs; with HMC,
+        PyMC's HamiltonianMC. True: the same for NUTS; for HMC, the subsample update and the whole
+        trajectory in one Numba call (:mod:`pymc_subsample.kernels.compiled_hmc`, the same draws as
+        PyMC's HamiltonianMC to rounding), which needs PyTensor's Numba backend and compiles again
+        in every process (1-4 s). Both take, of the keywords for the inner sampler, ``step_scale``,
         ``gamma``, ``k``, ``t0`` (and ``max_treedepth``, ``early_max_treedepth`` for NUTS;
-        ``max_steps`` for HMC). Measured at d = 31, m = 1000: 0.51 ms an iteration against 1.12 ms,
-        for 2.5-4 s of Numba compilation in every process that samples (``benchmarks/README.md``), so
-        it pays from several thousand iterations a chain. HMC draws its random numbers as PyMC's
-        HamiltonianMC does (the same draws to rounding); NUTS draws the uniforms of its tree from one
-        seed per transition (the same law as PyMC's NUTS, other draws). False (default): PyMC's
-        sampler.
+        ``max_steps`` for HMC); with others, None runs PyMC's sampler. False: PyMC's NUTS or
+        HamiltonianMC. ``self.compiled`` says whether the compiled path runs.
     **kwargs
         ``rng``, ``chunk_size``; others go to the inner NUTS/HMC.
 
@@ -169,7 +169,7 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
 
     def __init__(self, vars=None, *, subsample_size=None, num_blocks=100, estimator="perturbed",
                  proxy_order=2, center=None, inner="nuts", trajectory_length=None, target_accept=None,
-                 mass_matrix="auto", model=None, target_variance=1.0, compiled=False, **kwargs):
+                 mass_matrix="auto", model=None, target_variance=1.0, compiled=None, **kwargs):
         _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance)
         check_inner_keywords("HMCECS", kwargs)
         _check_compiled(compiled, inner, {k: v for k, v in kwargs.items() if k not in BASE_KWARGS})
@@ -203,14 +203,18 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
 
     def _choose_inner(self, inner, compiled, metric, precision, trajectory_length, target_accept, kwargs,
                       window):
-        """:class:`CompiledHMC` with ``compiled``, else PyMC's NUTS or HMC on :attr:`potential`."""
-        self.compiled, self.estimate_graph, self._compiled_args = bool(compiled), None, None
-        if compiled:  # the arguments were checked before the set-up (_check_compiled)
+        """:class:`CompiledHMC` where ``compiled`` asks for it (or, None, for NUTS), else PyMC's NUTS or
+        HMC on :attr:`potential`.
+        """
+        options = compiled_options(kwargs, inner)
+        self.compiled = bool(compiled or (compiled is None and inner == "nuts" and options is not None))
+        self.estimate_graph, self._compiled_args = None, None
+        if self.compiled:  # the arguments were checked before the set-up (_check_compiled)
             self.estimate_graph = EstimateGraph(self.target, self.estimator)
             path_length = 1.2 if trajectory_length is None else trajectory_length
             built = self._metric(metric, precision, window, diagonal_default=True)
             return CompiledHMC(inner, built, self.tall.ndim, path_length, target_accept, self.rng.spawn(1)[0],
-                               **compiled_options(kwargs, inner))
+                               **options)
         return self._make_inner(inner, metric, precision, trajectory_length, target_accept, kwargs,
                                 adaptation_window=window)
 
@@ -231,6 +235,16 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         self.expected_loglik_var, self.prob_negative = design.expected_loglik_var, design.prob_negative
         self.potential.lam, self.potential.a = design.lam, design.a
         self.potential.n_exact, self.potential.n_rest = design.exact.size, design.n_rest
+
+    def estimate(self, theta):
+        """The estimate of the log posterior and its gradient at θ on the chain's current subsample (what
+        one leapfrog step evaluates): an object with ``value``, ``grad``, ``loglik_var`` and ``sign``.
+        """
+        if self.subsample is None:
+            self.subsample = self._draw_subsample()
+        if self.compiled:
+            return self._compiled_estimate(theta)
+        return self.potential.estimate(np.asarray(theta, dtype=float), self.subsample)
 
     def _draw_subsample(self):
         return draw_subsample(self.rng, self.tall, self.design, self._exact_batch)
@@ -394,17 +408,18 @@ def _check_arguments(estimator, inner, mass_matrix, proxy_order, target_variance
 
 def _check_compiled(compiled, inner, inner_kwargs):
     """``compiled``, checked before any set-up against ``inner`` and the keywords for the inner sampler."""
-    if not isinstance(compiled, bool):
-        raise ValueError(f"compiled must be True or False; got {compiled!r}.")
+    if compiled is not None and not isinstance(compiled, bool):
+        raise ValueError(f"compiled must be None, True or False; got {compiled!r}.")
     if not compiled:
         return
     if compiled_options(inner_kwargs, inner) is None:
         raise TypeError(f"compiled=True takes only these keywords for the inner sampler ({inner}): "
                         f"{', '.join(COMPILED_KEYWORDS[inner])}; got {sorted(inner_kwargs)}. Pass "
                         "compiled=False to run PyMC's own sampler with them.")
-    if not numba_mode():
-        raise ValueError("compiled=True needs PyTensor's Numba backend (its default mode); the mode in use "
-                         "compiles elsewhere. Use compile_kwargs={'mode': 'NUMBA'} or compiled=False.")
+    if inner == "hmc" and not numba_mode():
+        raise ValueError("compiled=True with inner='hmc' runs the trajectory in Numba around the estimate's "
+                         "Numba function: it needs PyTensor's Numba backend (its default mode). Use "
+                         "compile_kwargs={'mode': 'NUMBA'} or compiled=None.")
 
 
 def _variance_remedy_text(auto, estimator):
