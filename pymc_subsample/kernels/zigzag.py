@@ -115,7 +115,10 @@ class RowStream:
     The row of each proposal is independent of the process, so drawing B of them at once is
     exact and turns B single-row gathers into one. Plain arrays only, so that PyMC's per-chain
     state can copy it; ``draw(rng, size) -> (jac (size, d), y (size,), eta_center (size,),
-    inv_weight (size,))`` is passed at each call and never stored.
+    inv_weight (size,))`` is passed at each call and never stored. ``uniforms`` are the compiled
+    loop's random numbers (:mod:`~pymc_subsample.kernels.zigzag_compiled`), drawn ahead in the same
+    way (4 per row of a batch: one thinning uniform and one exponential per candidate, d per
+    segment); the NumPy kernel does not read them.
     """
 
     batch: int = 4096
@@ -124,14 +127,30 @@ class RowStream:
     eta_center: np.ndarray | None = None
     inv_weight: np.ndarray | None = None
     pos: int = 0
+    uniforms: np.ndarray | None = None
+    uniform_pos: int = 0
+
+    def refill(self, draw, rng, size=None):
+        """Draw a fresh batch of ``max(batch, size)`` rows (float64, contiguous) in place of the rest."""
+        jac, y, eta_center, inv_weight = draw(rng, max(self.batch, size or 0))
+        n = len(y)
+        self.jac = np.ascontiguousarray(jac, dtype=np.float64)
+        self.y, self.eta_center = (np.ascontiguousarray(np.broadcast_to(a, n), dtype=np.float64)
+                                   for a in (y, eta_center))
+        self.inv_weight = np.ascontiguousarray(np.broadcast_to(inv_weight, n), dtype=np.float64)
+        self.pos = 0
+
+    def refill_uniforms(self, rng):
+        """Draw a fresh block of 4·``batch`` uniforms in place of the rest."""
+        self.uniforms = rng.random(4 * self.batch)
+        self.uniform_pos = 0
 
     def take(self, n, draw, rng):
         """The next ``n`` rows (refilling from ``draw`` as needed)."""
         parts = []
         while n > 0:
             if self.jac is None or self.pos >= len(self.y):
-                self.jac, self.y, self.eta_center, self.inv_weight = draw(rng, max(self.batch, n))
-                self.pos = 0
+                self.refill(draw, rng, n)
             k = min(n, len(self.y) - self.pos)
             sl = slice(self.pos, self.pos + k)
             parts.append((self.jac[sl], self.y[sl], self.eta_center[sl], self.inv_weight[sl]))
@@ -167,6 +186,10 @@ class ZigZagCV:
         :func:`~pymc_subsample.control_variates.zigzag_bounds.row_lipschitz_maxima`).
     metric_r : ndarray (d, d)
         R, with ‖RΔ‖₂ the norm of Δ in the bound.
+    compiled_score : CompiledScore or None
+        The family's score for the compiled loop
+        (:func:`~pymc_subsample.kernels.zigzag_compiled.compiled_score`); None: only the NumPy
+        kernel (:func:`step`) runs this process.
     """
 
     center: np.ndarray
@@ -179,6 +202,7 @@ class ZigZagCV:
     lipschitz_a: np.ndarray
     lipschitz_b: np.ndarray
     metric_r: np.ndarray
+    compiled_score: object = None
     _na: np.ndarray = field(init=False, repr=False)
     _nb: np.ndarray = field(init=False, repr=False)
 

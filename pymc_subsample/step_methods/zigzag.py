@@ -28,6 +28,7 @@ from pymc_subsample.diagnostics.progress import StatColumn, compact
 from pymc_subsample.diagnostics.run_checks import RunCheck, mean_check
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.kernels import zigzag as kernel
+from pymc_subsample.kernels import zigzag_compiled
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.pymc_protocol import step_state
@@ -81,6 +82,13 @@ class ZigZag(SubsampleStep):
         follows the most extreme row and so grows with N for unbounded covariates.
     row_batch : int
         Rows gathered at once for the proposals (one gather and d + 2 compiled calls per batch).
+    compiled : bool
+        True (default): each draw's horizon is simulated in one Numba loop
+        (:mod:`pymc_subsample.kernels.zigzag_compiled`), which returns to Python only to draw the
+        next ``row_batch`` rows; for a family without a compiled score the NumPy kernel runs
+        instead (``step.compiled`` says which runs). False: the NumPy kernel
+        (:func:`pymc_subsample.kernels.zigzag.step`), one vectorised Python segment per switch.
+        Both simulate the same process (the same law, not the same draws for one seed).
     model, chunk_size, rng, client
         See :class:`~pymc_subsample.step_methods.base.SubsampleStep`.
 
@@ -116,7 +124,7 @@ class ZigZag(SubsampleStep):
     }
 
     def __init__(self, vars=None, *, switches_per_draw=None, horizon=None, center=None, rows="lipschitz",
-                 row_batch=4096, model=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
+                 row_batch=4096, compiled=True, model=None, chunk_size=DEFAULT_CHUNK_SIZE, **kwargs):
         # cheap checks first (arguments and the family), before the centre and the passes
         if switches_per_draw is not None:
             switches_per_draw = check_positive(switches_per_draw, "switches_per_draw")
@@ -142,7 +150,10 @@ class ZigZag(SubsampleStep):
             loglik_grad_center=np.asarray(self.proxy.grad_sum, dtype=float),
             weight_total=constants.weight_total, score=glm.score, curvature=glm.max_curvature,
             lipschitz_a=constants.a, lipschitz_b=constants.b, metric_r=metric_r,
+            compiled_score=zigzag_compiled.compiled_score(glm.family, *glm.constants),
         )
+        #: whether the draws come from the compiled loop (``compiled`` and a compiled score)
+        self.compiled = bool(compiled) and self.process.compiled_score is not None
         self._draw_rows = glm_row_sampler(glm, center, constants, inv_r)
         # measured with 2d: an ESS per draw of 0.13-0.33 on Skin Segmentation (coefficients
         # correlated at ±0.6)
@@ -191,8 +202,11 @@ class ZigZag(SubsampleStep):
         else:
             state = kernel.ZigZagState(np.asarray(q0.data, dtype=float), self.velocity, self.rows)
         horizon = self.horizon
-        state, info = kernel.step(self.rng, state, horizon, self.process, self._draw_rows,
-                                  kernel.first_chunk_size(self.total_proposed, self.total_switches))
+        if self.compiled:
+            state, info = zigzag_compiled.step(self.rng, state, horizon, self.process, self._draw_rows)
+        else:
+            state, info = kernel.step(self.rng, state, horizon, self.process, self._draw_rows,
+                                      kernel.first_chunk_size(self.total_proposed, self.total_switches))
         self.velocity, self.rows = state.velocity, state.rows
         self.total_proposed += info.proposed
         self.total_switches += info.switches
