@@ -17,15 +17,18 @@ from pymc_subsample.control_variates.zigzag_bounds import (
     row_lipschitz_maxima,
 )
 from pymc_subsample.families import GLM_FAMILIES
+from pymc_subsample.kernels import zigzag_compiled
 from pymc_subsample.kernels.zigzag import (
     RowStream,
     ZigZagCounts,
     ZigZagCV,
+    ZigZagState,
     first_arrival_times,
     initial_horizon,
     random_velocity,
     tuned_horizon,
 )
+from pymc_subsample.kernels.zigzag_compiled import compiled_score
 from pymc_subsample.model.glm import linear_predictor_model
 from pymc_subsample.model.tall import TallModel
 
@@ -71,7 +74,7 @@ def gaussian_process(X, y, center, prec, sigma=1.0, prior_sd=10.0, rows="uniform
         center=center, prior_grad_center=-center / prior_sd**2, prior_hessian=-np.eye(d) / prior_sd**2,
         loglik_grad_center=X.T @ (y - X @ center) / sigma**2, weight_total=weights.sum(),
         score=gaussian_score(sigma), curvature=1.0 / sigma**2, lipschitz_a=a, lipschitz_b=b,
-        metric_r=metric_r,
+        metric_r=metric_r, compiled_score=compiled_score("normal_identity", sigma),
     )
 
     def draw(rng, size):
@@ -81,23 +84,35 @@ def gaussian_process(X, y, center, prec, sigma=1.0, prior_sd=10.0, rows="uniform
     return process, draw
 
 
-def run_kernel(process, draw, start, prec, rng, draws, tune=300, switches_per_draw=6.0):
-    theta, v = start.copy(), random_velocity(rng, start.size)
-    rows, horizon, time, switches = RowStream(batch=1024), initial_horizon(prec), 0.0, 0
+def run_kernel(process, draw, start, prec, rng, draws, tune=300, switches_per_draw=6.0, compiled=False):
+    """Warm-up, then ``draws`` positions: the NumPy kernel (``ZigZagCV.advance``) or the compiled loop."""
+    state = ZigZagState(start.copy(), random_velocity(rng, start.size), RowStream(batch=1024))
+    horizon, time, switches = initial_horizon(prec), 0.0, 0
     maximum = 100 * initial_horizon(prec)
+
+    def advance(state, counts=None):
+        if compiled:
+            state, info = zigzag_compiled.step(rng, state, horizon, process, draw)
+            counts = ZigZagCounts() if counts is None else counts
+            counts.add(info)
+            return state, counts
+        theta, v, counts = process.advance(*state[:2], horizon, rng, state.rows, draw, counts, first_chunk=32)
+        return ZigZagState(theta, v, state.rows), counts
+
     for _ in range(tune):
-        theta, v, c = process.advance(theta, v, horizon, rng, rows, draw, first_chunk=32)
+        state, c = advance(state)
         time, switches = time + c.time, switches + c.switches
         horizon = tuned_horizon(switches_per_draw, time, switches, horizon, maximum)
     out, total = np.empty((draws, start.size)), ZigZagCounts()
     for i in range(draws):
-        theta, v, total = process.advance(theta, v, horizon, rng, rows, draw, total, first_chunk=32)
-        out[i] = theta
+        state, total = advance(state, total)
+        out[i] = state.theta
     return out, total
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("rows", ["uniform", "lipschitz"])
-def test_kernel_samples_a_known_gaussian_posterior(rows):
+def test_kernel_samples_a_known_gaussian_posterior(rows, compiled):
     # θ* one posterior sd off the mode in every coordinate: the control-variate terms (A and
     # (W/w_I)(∂ℓ_I(θ) − ∂ℓ_I(θ*))) are then far from zero and the one-row estimates noisy, so the
     # formula of Ê matters (dropping A, the factor W or the row's 1/w_I moves the stationary law
@@ -107,7 +122,7 @@ def test_kernel_samples_a_known_gaussian_posterior(rows):
     center = mean + np.sqrt(np.diag(cov))
     process, draw = gaussian_process(X, y, center, prec, rows=rows)
     draws, counts = run_kernel(process, draw, center, prec, np.random.default_rng(1), draws=3000,
-                               switches_per_draw=12.0)
+                               switches_per_draw=12.0, compiled=compiled)
     assert counts.bound_exceeded == 0
     assert counts.switches > 0 and counts.proposed >= counts.switches
     assert_moments(draws, mean, cov)
@@ -298,15 +313,18 @@ def test_step_on_logistic_regression_matches_the_quadrature_posterior():
     assert_moments(idata.posterior["beta"].values[0], mean, cov)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("rows", ["uniform", "lipschitz"])
-def test_step_on_a_gaussian_model_matches_its_known_posterior(rows):
+def test_step_on_a_gaussian_model_matches_its_known_posterior(rows, compiled):
     # Linear regression with σ known through PyMC (the normal_identity GLM view): the posterior
     # is Gaussian and known exactly. θ* one posterior sd off the mode, as in the kernel test.
     X, y, mean, cov, _ = gaussian_regression(n=4000, sigma=0.8)
     with pm.Model():
         beta = pm.Normal("beta", 0, 10.0, shape=3)
         pm.Normal("y", mu=pm.Data("X", X) @ beta, sigma=0.8, observed=y)
-        step = pms.ZigZag(center=mean + np.sqrt(np.diag(cov)), switches_per_draw=12.0, rows=rows, rng=2)
+        step = pms.ZigZag(center=mean + np.sqrt(np.diag(cov)), switches_per_draw=12.0, rows=rows, rng=2,
+                          compiled=compiled)
+        assert step.compiled == compiled
         idata = pm.sample(step=step, draws=2500, tune=300, chains=1, random_seed=4, progressbar=False,
                           compute_convergence_checks=False)
     assert int(idata.sample_stats["n_bound_exceeded"].sum()) == 0

@@ -145,6 +145,20 @@ def _start_segment(theta, v, seg, uniforms, upos, center, prior_grad, prior_hess
 
 
 @njit(cache=True)
+def _estimate(j, t, jac_row, y, eta_center, inv_weight, delta, v, exact, slope, weight_total, family,
+              parameter):
+    """v_j Ê_j^I(θ + t v) from one row I (:meth:`ZigZagCV.estimates`), ``delta`` = θ − θ*."""
+    j_delta = 0.0
+    j_v = 0.0
+    for i in range(delta.size):
+        j_delta += jac_row[i] * delta[i]
+        j_v += jac_row[i] * v[i]
+    eta = eta_center + j_delta + t * j_v
+    diff = _score(family, parameter, y, eta) - _score(family, parameter, y, eta_center)
+    return exact[j] + slope[j] * t - weight_total * v[j] * inv_weight * diff * jac_row[j]
+
+
+@njit(cache=True)
 def _run(theta, v, clock, counters, seg, center, prior_grad, prior_hess, loglik_grad, na, nb, metric_r,
          weight_total, family, parameter, jac, y, eta_center, inv_weight, uniforms):
     """Simulate until the horizon or until the rows or uniforms run out; returns why it stopped.
@@ -189,14 +203,8 @@ def _run(theta, v, clock, counters, seg, center, prior_grad, prior_hess, loglik_
         if upos + 2 > n_uniforms:  # one for the thinning, one for the next candidate of j
             status = NEED_UNIFORMS
             break
-        j_delta = 0.0
-        j_v = 0.0
-        for i in range(d):
-            j_delta += jac[row, i] * delta[i]
-            j_v += jac[row, i] * v[i]
-        eta = eta_center[row] + j_delta + t * j_v
-        diff = _score(family, parameter, y[row], eta) - _score(family, parameter, y[row], eta_center[row])
-        rate = exact[j] + slope[j] * t - weight_total * v[j] * inv_weight[row] * diff * jac[row, j]
+        rate = _estimate(j, t, jac[row], y[row], eta_center[row], inv_weight[row], delta, v, exact, slope,
+                         weight_total, family, parameter)
         bound = alpha[j] + beta[j] * t
         row += 1
         proposed += 1
