@@ -23,7 +23,8 @@ of Firefly Monte Carlo (:mod:`pymc_subsample.control_variates.firefly_bounds`), 
 M_j ≥ sup |∂ʲf/∂ηʲ| (j = 1, 2, 3) of the confidence sampler's default range bound (Bernoulli-logit:
 1, 1/4, 1/(6√3); Poisson: unbounded; Normal with known σ: ∞, 1/σ², 0). The derivatives in η
 that the distributional view and the estimators take (∂_j f, ∂_jl f) come from ``pytensor.grad`` of
-f; only the score, which the NumPy kernels evaluate, is written out.
+f; only the score, which the NumPy kernels evaluate, is written out (and again as a Numba scalar
+function for the compiled Zig-Zag loop, :mod:`pymc_subsample.kernels.zigzag_compiled`, tested against it).
 
 **One formula for NumPy and PyTensor.** The distributional view builds PyTensor graphs from f (they
 are compiled and differentiated), while Firefly and Zig-Zag evaluate f and ∂f in NumPy on the few

@@ -56,6 +56,8 @@ earliest K-th time, a stopping time of the candidate process at which it restart
 estimates are evaluated in vectorised chunks of 8, 16, 32, … until the first switch. Candidates
 after the first switch are discarded unused (their randomness is independent of the path), so
 this is the sequential algorithm, with fewer Python iterations.
+:mod:`~pymc_subsample.kernels.zigzag_compiled` runs the sequential algorithm itself, one
+candidate at a time in a Numba loop per horizon, on the same :class:`ZigZagCV` and rows.
 
 **Shape** (BlackJAX's). :func:`init` gives a :class:`ZigZagState` (θ, v and the rows drawn ahead)
 and :func:`step` ``(rng, state, horizon, process, draw) -> (state, ZigZagInfo)`` runs the process

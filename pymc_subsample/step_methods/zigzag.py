@@ -108,7 +108,8 @@ class ZigZag(SubsampleStep):
     Stats: ``n_switches`` (velocity flips this draw), ``n_proposed_switches`` (thinning
     candidates on the path; ``n_switches / n_proposed_switches`` is the thinning efficiency),
     ``n_loglik_evals`` (rows touched: each candidate reads one row's ∂ℓ/∂η at θ and at θ*,
-    counted once; the last vectorised chunk of a segment may read a few rows past its switch),
+    counted once; the compiled loop reads one row per candidate, the NumPy kernel's last
+    vectorised chunk of a segment may read a few rows past its switch),
     ``n_bound_exceeded`` (candidates whose estimated rate exceeded the bound: must be 0),
     ``horizon`` (T of this draw).
     """
