@@ -11,6 +11,7 @@ from conftest import logistic_data, logistic_model, needs_data, skin_segmentatio
 
 import pymc_subsample as pms
 from pymc_subsample.control_variates.zigzag_bounds import (
+    eta_at_points,
     glm_row_constants,
     glm_row_sampler,
     lipschitz_row_weights,
@@ -271,6 +272,37 @@ def test_glm_row_constants_and_sampler_draw_rows_in_proportion_to_their_weights(
     assert uniform.weight_total == 2000 and uniform.cumulative_weights is None
     with pytest.raises(ValueError, match="rows must be one of"):
         glm_row_constants(glm, inv_r, rows="importance")
+
+
+def test_eta_at_points_equals_the_glm_views_eta_or_is_none():
+    # one compiled call of the η graph vectorised over θ, where it vectorises without a loop: the
+    # row sampler's J and η(θ*) from it equal those of the view's own η, call by call
+    rng = np.random.default_rng(9)
+    X, y = logistic_data(n=500, d=3, seed=2)
+    group = rng.integers(0, 4, size=500)
+    with pm.Model() as linear:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        a = pm.Normal("a", 0, 1)
+        pm.Normal("y", mu=pm.Data("X", X) @ beta + a, sigma=0.5, observed=y)
+    with pm.Model() as grouped:
+        beta = pm.Normal("beta", 0, 1, shape=3)
+        a = pm.Normal("a", 0, 1, shape=4)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ beta + a[pm.Data("g", group)], observed=y)
+    for model, vectorises in [(logistic_model(X, y), True), (linear, True), (grouped, False)]:
+        with model:
+            glm = linear_predictor_model(TallModel())
+        d = glm.tall.ndim
+        points = np.vstack([np.zeros(d), np.eye(d), rng.normal(size=d)])
+        eta_at = eta_at_points(glm, points)
+        assert (eta_at is not None) == vectorises
+        batch = glm.tall.gather(rng.integers(0, 500, size=64))
+        if eta_at is not None:
+            eta = eta_at(batch)
+            np.testing.assert_allclose(eta, [glm.eta(p, batch) for p in points], rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal((eta[1:-1] - eta[0]).T, glm.eta_jacobian(batch))
+        jac, obs, eta_center, _ = glm_row_sampler(glm, points[-1])(np.random.default_rng(0), 64)
+        np.testing.assert_allclose(eta_center - jac @ points[-1], glm.eta_offset(glm.tall.gather(
+            np.random.default_rng(0).integers(0, 500, size=64))), atol=1e-12)
 
 
 # ------------------------------------------------------------- step method (PyMC)

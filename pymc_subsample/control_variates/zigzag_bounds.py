@@ -13,13 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.traversal import applys_between
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.math import Dot
 
 from pymc_subsample.families import GLM_FAMILIES
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE
+from pymc_subsample.model.compile import compile_function, has_blockwise
 from pymc_subsample.model.glm import observed_family
+from pymc_subsample.model.op_patterns import is_advanced_indexing
 
-__all__ = ["ROW_CHOICES", "SUPPORTED", "RowConstants", "check_family", "glm_row_constants", "glm_row_sampler",
-           "lipschitz_row_weights", "quadratic_prior", "row_lipschitz_maxima"]
+__all__ = ["ROW_CHOICES", "SUPPORTED", "RowConstants", "check_family", "eta_at_points", "glm_row_constants",
+           "glm_row_sampler", "lipschitz_row_weights", "quadratic_prior", "row_lipschitz_maxima"]
 
 #: how ZigZag draws the row of each candidate switch
 ROW_CHOICES = ("lipschitz", "uniform")
@@ -162,11 +169,15 @@ def glm_row_sampler(glm, center, constants=None, inv_r=None):
     again from their J_k (``inv_r`` as in :func:`glm_row_constants`), not recovered as differences
     of the running sums: those lose digits for rows far below the mean weight, and the bound was
     built from exactly these w_k. Rows are gathered once per batch of proposals (``RowStream``), so
-    a proposal costs no compiled call: the kernel evaluates ∂ℓ/∂η of its row in NumPy from these.
+    a proposal costs no compiled call: the kernel evaluates ∂ℓ/∂η of its row from these. J_k and
+    η_k(θ*) of a batch come from η at 0, at e_1, …, e_d and at θ* in one compiled call
+    (:func:`eta_at_points`) where the η graph vectorises over θ, else from d + 2 calls.
     """
     tall = glm.tall
     center = np.asarray(center, dtype=float)
     cumulative = None if constants is None else constants.cumulative_weights
+    d = tall.ndim
+    eta_at = eta_at_points(glm, np.vstack([np.zeros(d), np.eye(d), center]))
 
     def draw(rng, size):
         if cumulative is None:
@@ -175,11 +186,53 @@ def glm_row_sampler(glm, center, constants=None, inv_r=None):
             u = rng.random(size) * cumulative[-1]
             idx = np.minimum(np.searchsorted(cumulative, u, side="right"), tall.n_rows - 1)
         batch = tall.gather(idx)
-        jac = glm.eta_jacobian(batch)
+        if eta_at is None:
+            jac, eta_center = glm.eta_jacobian(batch), glm.eta(center, batch)
+        else:
+            eta = eta_at(batch)  # (d + 2, m): η at 0, at e_1, …, e_d, at θ*
+            jac, eta_center = (eta[1:-1] - eta[0]).T, eta[-1]
         inv_weight = np.ones(size) if cumulative is None else 1.0 / lipschitz_row_weights(jac, inv_r)
-        return jac, glm.observed(batch), glm.eta(center, batch), inv_weight
+        return jac, glm.observed(batch), eta_center, inv_weight
 
     return draw
+
+
+def eta_at_points(glm, points, check_rows=8):
+    """``eta_at(batch) -> (k, m)``: η of a batch's m rows at the k points θ (rows of ``points``) in one
+    compiled call, or None where that call would loop.
+
+    The GLM view's η graph vectorised over θ (for η = Xβ + a, one matrix product); None where its
+    graph indexes rows by arrays (PyTensor's vectorising rewrites stall on those), where the
+    vectorised graph holds a ``Blockwise`` other than a batched product (a Python loop over the
+    points), or where it differs from the view's own η on ``check_rows`` rows.
+    """
+    # measured at d = 31, 4096 rows: 0.18 µs a row against 0.90 for a call per point (η at the
+    # d + 1 points of J), the other core busy
+    tall = glm.tall
+    inputs = [tall.theta, *tall.batch_inputs]
+    if any(is_advanced_indexing(node) for node in applys_between(inputs, [glm.eta_rows])):
+        return None
+    thetas = pt.matrix("thetas", dtype=tall.theta.dtype)
+    try:
+        eta = vectorize_graph(glm.eta_rows, {tall.theta: thetas})
+        if any(isinstance(node.op, Blockwise) and not isinstance(node.op.core_op, Dot)
+               for node in applys_between([thetas, *tall.batch_inputs], [eta])):
+            return None
+        function = compile_function([thetas, *tall.batch_inputs], eta)
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+    if has_blockwise(function):
+        return None
+    points = np.asarray(points, dtype=tall.theta.dtype)
+
+    def eta_at(batch):
+        return np.asarray(function(points, *batch), dtype=float).reshape(len(points), -1)
+
+    batch = tall.gather(np.arange(min(check_rows, tall.n_rows)))
+    expected = np.stack([glm.eta(p, batch) for p in points])
+    if not np.allclose(eta_at(batch), expected, rtol=1e-10, atol=1e-10 * (1.0 + np.abs(expected).max())):
+        return None
+    return eta_at
 
 
 def quadratic_prior(tall, center, n_checks=3, rtol=1e-6):
