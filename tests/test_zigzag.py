@@ -275,8 +275,8 @@ def test_glm_row_constants_and_sampler_draw_rows_in_proportion_to_their_weights(
 
 
 def test_eta_at_points_equals_the_glm_views_eta_or_is_none():
-    # one compiled call of the η graph vectorised over θ, where it vectorises without a loop: the
-    # row sampler's J and η(θ*) from it equal those of the view's own η, call by call
+    # one call of the η graph vectorised over θ (PyTensor's Python linker), where it vectorises
+    # without a loop: the row sampler's J and η(θ*) from it equal those of the view's own η
     rng = np.random.default_rng(9)
     X, y = logistic_data(n=500, d=3, seed=2)
     group = rng.integers(0, 4, size=500)
