@@ -14,8 +14,10 @@ from pymc_subsample.control_variates.zigzag_bounds import (
     eta_at_points,
     glm_row_constants,
     glm_row_sampler,
+    guide_table,
     lipschitz_row_weights,
     row_lipschitz_maxima,
+    weighted_rows,
 )
 from pymc_subsample.families import GLM_FAMILIES
 from pymc_subsample.kernels import zigzag_compiled
@@ -272,6 +274,22 @@ def test_glm_row_constants_and_sampler_draw_rows_in_proportion_to_their_weights(
     assert uniform.weight_total == 2000 and uniform.cumulative_weights is None
     with pytest.raises(ValueError, match="rows must be one of"):
         glm_row_constants(glm, inv_r, rows="importance")
+
+
+@pytest.mark.parametrize("rows_per_entry", [1, 8, 1000])
+def test_weighted_rows_find_the_rows_searchsorted_finds(rows_per_entry):
+    # the guide table's searches give NumPy's rows for every u, with runs of zero weights (rows with
+    # J_k = 0), one row holding most of the weight, and u at 0, at the sums and just below W
+    rng = np.random.default_rng(11)
+    weights = rng.gamma(0.5, size=5000)
+    weights[100:400] = 0.0
+    weights[4000] = 3 * weights.sum()
+    cumulative = np.cumsum(weights)
+    guide = guide_table(cumulative, rows_per_entry)
+    u = np.concatenate([rng.random(200_000) * cumulative[-1], [0.0, np.nextafter(cumulative[-1], 0.0)],
+                        cumulative[:-1], cumulative[95:405]])
+    expected = np.minimum(np.searchsorted(cumulative, u, side="right"), len(weights) - 1)
+    np.testing.assert_array_equal(weighted_rows(cumulative, guide, u), expected)
 
 
 def test_eta_at_points_equals_the_glm_views_eta_or_is_none():

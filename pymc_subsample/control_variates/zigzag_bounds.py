@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor.tensor as pt
+from numba import njit
 from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.traversal import applys_between
 from pytensor.tensor.blockwise import Blockwise
@@ -26,10 +27,13 @@ from pymc_subsample.model.glm import observed_family
 from pymc_subsample.model.op_patterns import is_advanced_indexing
 
 __all__ = ["ROW_CHOICES", "SUPPORTED", "RowConstants", "check_family", "eta_at_points", "glm_row_constants",
-           "glm_row_sampler", "lipschitz_row_weights", "quadratic_prior", "row_lipschitz_maxima"]
+           "glm_row_sampler", "guide_table", "lipschitz_row_weights", "quadratic_prior",
+           "row_lipschitz_maxima", "weighted_rows"]
 
 #: how ZigZag draws the row of each candidate switch
 ROW_CHOICES = ("lipschitz", "uniform")
+#: rows per entry of the guide table of the weighted row draw (8 bytes an entry: 1 byte a row)
+GUIDE_ROWS = 8
 #: the models whose rows have a thinning bound, as ZigZag's messages name them
 SUPPORTED = (
     "one observed pm.Bernoulli(logit_p=η) (or p=pm.math.sigmoid(η)) or pm.Normal(mu=η, sigma=a known "
@@ -165,26 +169,26 @@ def glm_row_sampler(glm, center, constants=None, inv_r=None):
     """``draw(rng, size) -> (J, y, η(θ*), 1/w)`` for rows drawn with replacement.
 
     Uniform rows (``constants`` None or without weights: 1/w = 1), or rows drawn with probability
-    w_k/W by inverting the running sums of :class:`RowConstants`. The drawn rows' w_k are computed
-    again from their J_k (``inv_r`` as in :func:`glm_row_constants`), not recovered as differences
-    of the running sums: those lose digits for rows far below the mean weight, and the bound was
-    built from exactly these w_k. Rows are gathered once per batch of proposals (``RowStream``), so
-    a proposal costs no compiled call: the kernel evaluates ∂ℓ/∂η of its row from these. J_k and
-    η_k(θ*) of a batch come from η at 0, at e_1, …, e_d and at θ* in one call
-    (:func:`eta_at_points`) where the η graph vectorises over θ, else from d + 2 calls.
+    w_k/W by inverting the running sums of :class:`RowConstants` (:func:`weighted_rows`). The drawn
+    rows' w_k are computed again from their J_k (``inv_r`` as in :func:`glm_row_constants`), not
+    recovered as differences of the running sums: those lose digits for rows far below the mean
+    weight, and the bound was built from exactly these w_k. Rows are gathered once per batch of
+    proposals (``RowStream``), so a proposal costs no compiled call: the kernel evaluates ∂ℓ/∂η of
+    its row from these. J_k and η_k(θ*) of a batch come from η at 0, at e_1, …, e_d and at θ* in
+    one call (:func:`eta_at_points`) where the η graph vectorises over θ, else from d + 2 calls.
     """
     tall = glm.tall
     center = np.asarray(center, dtype=float)
     cumulative = None if constants is None else constants.cumulative_weights
     d = tall.ndim
     eta_at = eta_at_points(glm, np.vstack([np.zeros(d), np.eye(d), center]))
+    guide = None if cumulative is None else guide_table(cumulative)
 
     def draw(rng, size):
         if cumulative is None:
             idx = rng.integers(0, tall.n_rows, size=size)
         else:
-            u = rng.random(size) * cumulative[-1]
-            idx = np.minimum(np.searchsorted(cumulative, u, side="right"), tall.n_rows - 1)
+            idx = weighted_rows(cumulative, guide, rng.random(size) * cumulative[-1])
         batch = tall.gather(idx)
         if eta_at is None:
             jac, eta_center = glm.eta_jacobian(batch), glm.eta(center, batch)
@@ -195,6 +199,45 @@ def glm_row_sampler(glm, center, constants=None, inv_r=None):
         return jac, glm.observed(batch), eta_center, inv_weight
 
     return draw
+
+
+def guide_table(cumulative, rows_per_entry=GUIDE_ROWS):
+    """Entry b (of G + 1, G = ⌈N/``rows_per_entry``⌉): the first row k with cumulative[k] > b·W/G.
+
+    The guide table of Chen & Asau (1974) for inverting the running sums ``cumulative`` (W its last):
+    a u in [bW/G, (b + 1)W/G) falls on a row between entries b and b + 1.
+    """
+    cumulative = np.asarray(cumulative, dtype=float)
+    entries = max(1, -(-len(cumulative) // rows_per_entry))
+    return np.searchsorted(cumulative, np.arange(entries + 1) * (cumulative[-1] / entries), side="right")
+
+
+@njit(cache=True)
+def weighted_rows(cumulative, guide, u):
+    """``min(searchsorted(cumulative, u, side="right"), N − 1)`` for u (m,) in [0, W), W = cumulative[-1].
+
+    Each search runs between the guide-table entries (:func:`guide_table`) of u's neighbouring
+    buckets (one bucket either side covers the rounding of u·G/W), so it reads a few rows near u
+    instead of log₂ N rows across the array; the rows found are the same.
+    """
+    # measured at N = 10⁶: NumPy's searchsorted cost 0.17 µs a row, most of a weighted row draw's
+    # time besides J
+    n = cumulative.size
+    entries = guide.size - 1
+    scale = entries / cumulative[n - 1]
+    out = np.empty(u.size, dtype=np.int64)
+    for i in range(u.size):
+        b = min(max(int(u[i] * scale), 0), entries - 1)
+        lo = guide[max(b - 1, 0)]
+        hi = min(guide[min(b + 2, entries)] + 1, n)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cumulative[mid] <= u[i]:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = min(lo, n - 1)
+    return out
 
 
 def eta_at_points(glm, points, check_rows=8):
