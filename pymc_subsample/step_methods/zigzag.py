@@ -78,10 +78,13 @@ class ZigZag(SubsampleStep):
         How the row of each candidate switch is drawn. "lipschitz" (default): with probability
         proportional to the row's Lipschitz constant w_k = ‖J_k‖_∞ ‖R⁻ᵀJ_k‖₂, weighted by 1/w_k
         in the estimate, which keeps the thinning bound a mean over rows instead of a maximum
-        (8 bytes per row, kept for the run). "uniform": the paper's uniform rows, whose bound
-        follows the most extreme row and so grows with N for unbounded covariates.
+        (9 bytes per row, kept for the run: the running sums of w_k and their guide table).
+        "uniform": the paper's uniform rows, whose bound follows the most extreme row and so grows
+        with N for unbounded covariates.
     row_batch : int
-        Rows gathered at once for the proposals (one gather and d + 2 compiled calls per batch).
+        Rows gathered at once for the proposals: one gather and one call of η at d + 2 points per batch
+        (d + 2 calls where the η graph does not vectorise over θ), and, with ``compiled``, one return
+        of the loop to Python.
     compiled : bool
         True (default): each draw's horizon is simulated in one Numba loop
         (:mod:`pymc_subsample.kernels.zigzag_compiled`), which returns to Python only to draw the
@@ -103,7 +106,7 @@ class ZigZag(SubsampleStep):
     |J_kj|‖J_k‖ is above the typical row, so it falls slowly (log N) for Gaussian covariates;
     with Lipschitz-weighted rows (the default) the bound is a mean over rows and does not depend
     on N. It falls with d (the bound uses Cauchy-Schwarz over d coordinates); measured values
-    are in ``benchmarks/README.md`` (``benchmarks/exact.py``).
+    are in ``benchmarks/README.md`` (``benchmarks/exact.py``, ``benchmarks/zigzag_compiled.py``).
 
     Stats: ``n_switches`` (velocity flips this draw), ``n_proposed_switches`` (thinning
     candidates on the path; ``n_switches / n_proposed_switches`` is the thinning efficiency),
