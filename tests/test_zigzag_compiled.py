@@ -110,6 +110,15 @@ def test_segment_bounds_arrival_times_and_estimates_equal_the_numpy_kernel(famil
                for k, (j, t) in enumerate(zip(coords, times))]
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
         assert np.all(np.asarray(got) <= alpha[coords] + beta[coords] * times + 1e-9 * n)  # the bound
+    # any R with RᵀR = P, not only the triangular factor: a rotation of it gives the same bound
+    q = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    rotated = dataclasses.replace(process, metric_r=q @ metric_r)
+    seg = np.empty((7, d))
+    zigzag_compiled._start_segment(theta, v, seg, uniforms, 0, rotated.center, rotated.prior_grad_center,
+                                   rotated.prior_hessian, rotated.loglik_grad_center, rotated._na,
+                                   rotated._nb, rotated.metric_r)
+    np.testing.assert_allclose(seg[:2], rotated.segment(theta, v)[2:], rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(seg[:2], process.segment(theta, v)[2:], rtol=1e-12, atol=1e-9)
 
 
 def test_a_loop_resumed_on_fresh_buffers_follows_one_uninterrupted_path():
@@ -209,6 +218,8 @@ def test_compiled_step_replays_and_leaves_its_input_state_alone():
     zigzag_compiled.step(np.random.default_rng(1), first, 0.5, process, draw)
     np.testing.assert_array_equal(first.theta, theta)
     np.testing.assert_array_equal(first.velocity, velocity)
+    _, info = zigzag_compiled.step(np.random.default_rng(1), first, np.nan, process, draw)
+    assert info.time == 0 and info.proposed == 0  # a NaN horizon ends the loop (no candidate compares)
     numpy_only = dataclasses.replace(process, compiled_score=None)
     with pytest.raises(ValueError, match="has no compiled score"):
         zigzag_compiled.step(np.random.default_rng(1), first, 0.5, numpy_only, draw)

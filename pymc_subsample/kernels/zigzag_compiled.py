@@ -126,7 +126,7 @@ def _start_segment(theta, v, seg, uniforms, upos, center, prior_grad, prior_hess
     spread = 0.0
     for i in range(d):
         r_delta = 0.0
-        for k in range(i, d):  # R is upper triangular
+        for k in range(d):  # any R with RᵀR = P, as ZigZagCV.segment takes it (O(d²) a segment)
             r_delta += metric_r[i, k] * delta[k]
         spread += r_delta * r_delta
     spread = math.sqrt(spread)
@@ -176,7 +176,7 @@ def _run(theta, v, clock, counters, seg, center, prior_grad, prior_hess, loglik_
     status = DONE
     while True:
         if inside == 0:
-            if left <= 0.0:
+            if not left > 0.0:  # written so that a NaN ends the loop, as it ends the NumPy kernel's
                 break
             if upos + d > n_uniforms:
                 status = NEED_UNIFORMS
@@ -190,7 +190,7 @@ def _run(theta, v, clock, counters, seg, center, prior_grad, prior_hess, loglik_
             if tau[i] < tau[j]:
                 j = i
         t = tau[j]
-        if t >= left:  # no candidate before the horizon: move to it
+        if not t < left:  # no candidate before the horizon (or a NaN time): move to it
             for i in range(d):
                 theta[i] += left * v[i]
             elapsed += left
