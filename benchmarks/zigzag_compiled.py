@@ -13,10 +13,11 @@ iteration (``n_loglik_evals``).
 
 ``--first-draw``: set-up, then the compiled kernel's first and second step of the warm-up's first
 horizon, timed directly (``zigzag_compiled.step``): the first includes compiling the loop, or
-loading it from Numba's cache. Run it with fresh caches for the cold cost::
+loading it from Numba's cache. Run it on fresh caches for the cold cost, then again on the same
+caches for a second process's::
 
-    PYTENSOR_FLAGS=base_compiledir=$(mktemp -d) NUMBA_CACHE_DIR=$(mktemp -d) \\
-        python benchmarks/zigzag_compiled.py --first-draw
+    export PYTENSOR_FLAGS=base_compiledir=$(mktemp -d) NUMBA_CACHE_DIR=$(mktemp -d)
+    python benchmarks/zigzag_compiled.py --first-draw
 
 Usage: python benchmarks/zigzag_compiled.py [--rows 1e6] [--draws 2000] [--tune 500] [--rounds 1]
        [--samplers hmcecs compiled numpy] [--row-batch 4096] [--seed 1] [--first-draw]
