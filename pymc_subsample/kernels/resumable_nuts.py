@@ -337,20 +337,8 @@ def nuts_transition(potential, theta, start, momentum, step_size, inverse_mass, 
         ``potential(θ) -> (value, grad, extras)``: log π(θ) (a float or 0-d array), its gradient, a
         float64 (d,) array, and a float64 vector of extra scalars returned with the draw. θ is the
         machine's :attr:`~NUTSMachine.point`: not to be modified or kept.
-    theta : ndarray
-        The current point, float64 (d,).
-    start : tuple
-        (value, grad, extras) at ``theta``: not evaluated again.
-    momentum : ndarray
-        p₀ ~ N(0, M), drawn by the caller.
-    step_size : float
-        The leapfrog step size ε.
-    inverse_mass : ndarray
-        M⁻¹, float64 (d, d).
-    randomness : int or numpy.uint64
-        Seed of the transition's splitmix64 stream (directions and progressive sampling).
-    max_treedepth : int
-        Doublings at most: 2^max_treedepth − 1 leapfrog steps.
+    theta, start, momentum, step_size, inverse_mass, randomness, max_treedepth
+        As for :func:`.compiled_nuts.nuts_transition`.
     machine : NUTSMachine, optional
         The state to run on, reused across transitions; one is made when it is None or of other sizes.
 
