@@ -5,12 +5,13 @@ leapfrog step around the potential's call. Here:
 
 - NUTS (the default): the tree runs in a Numba state machine cached on disk
   (:mod:`pymc_subsample.kernels.resumable_nuts`) that hands each new point back to Python, which
-  calls the estimate's compiled function (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`,
-  in whatever mode PyTensor compiles it) and resumes the machine: 1-2 µs of bookkeeping a step, and
-  no compilation in a process once the machine is in Numba's cache;
+  calls the target's own per-call estimate (:class:`TargetEstimate`, the function PyMC's NUTS path
+  calls, in whatever mode PyTensor compiled it) and resumes the machine: 1-2 µs of bookkeeping a
+  step, and no compilation in a process once the machine is in Numba's cache;
 - HMC with ``compiled=True``: the subsample update and the whole trajectory in one Numba call
-  (:mod:`pymc_subsample.kernels.compiled_hmc`) around the estimate's Numba function, which Numba
-  compiles again in every process (1-4 s).
+  (:mod:`pymc_subsample.kernels.compiled_hmc`) around the Numba function of the estimate graph
+  (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`), which Numba compiles again in
+  every process (1-4 s).
 
 What stays in Python is what PyMC's samplers do between transitions, with PyMC's own pieces: the step
 size's dual averaging (``DualAverageAdaptation``, PyMC's defaults), the metric (the Laplace metric, or
@@ -28,12 +29,13 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
+from pymc_subsample.estimators.loglik import block_poisson_sign
 from pymc_subsample.kernels.compiled_hmc import ecs_iteration
 from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
 from pymc_subsample.model.compile import numba_callable
 from pymc_subsample.pymc_protocol import step_state
 
-__all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "compiled_options"]
+__all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "TargetEstimate", "compiled_options"]
 
 #: keywords of ``pm.HamiltonianMC`` and ``pm.NUTS`` that the compiled transitions take too (with
 #: PyMC's defaults)
@@ -161,91 +163,93 @@ class CompiledHMC(WithSamplingState):
 
 
 class CompiledECS:
-    """Mixin of :class:`~pymc_subsample.step_methods.hmcecs.HMCECS`: its iteration as one call of
-    :func:`~pymc_subsample.kernels.compiled_hmc.ecs_iteration` (``self.inner`` a :class:`CompiledHMC`,
-    ``self.estimate_graph`` an :class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`).
+    """Mixin of :class:`~pymc_subsample.step_methods.hmcecs.HMCECS`: its iteration with NUTS's tree in
+    :mod:`~pymc_subsample.kernels.resumable_nuts` or HMC's trajectory in one call of
+    :func:`~pymc_subsample.kernels.compiled_hmc.ecs_iteration` (``self.inner`` a :class:`CompiledHMC`).
+
+    NUTS evaluates the target's own per-call function (:class:`TargetEstimate`), the one PyMC's NUTS
+    path evaluates, so a first run compiles nothing more; HMC's loop calls the Numba function of
+    ``self.estimate_graph`` (an :class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`).
     """
 
-    def _potential_function(self):
-        """The estimate's compiled function, and (HMC) the Numba function it runs."""
-        function = self.estimate_graph.function()
-        if self.inner.kind == "nuts":
-            return function, None
-        potential = numba_callable(function)
+    def _numba_potential(self):
+        """The Numba function of the estimate graph's compiled function (HMC)."""
+        potential = numba_callable(self.estimate_graph.function())
         if potential is None:
             raise RuntimeError("compiled=True with inner='hmc': the estimate's function was not compiled by "
                                "PyTensor's Numba linker; pass compiled=False.")
-        return function, potential
+        return potential
 
     def _nuts_machine(self, max_treedepth):
         """The chain's :class:`NUTSMachine` (its arrays, reused from one transition to the next)."""
-        d, extras = self.tall.ndim, len(self.estimate_graph.extras)
+        d, extras = self.tall.ndim, 2 if self.estimator == "signed" else 1
         machine = getattr(self, "_machine", None)
         if machine is None or not machine.fits(d, extras, max_treedepth):
             machine = self._machine = NUTSMachine(d, extras, max(max_treedepth, self.inner.max_treedepth))
         return machine
 
-    def _batch_args(self, subsample, parent=None) -> tuple:
-        """(the arguments of the estimate's function for ``subsample``'s batch, its rows' terms at θ*);
-        ``parent``: the subsample it was proposed from, with its terms, whose unchanged rows' terms it keeps.
+    def _args_for(self, subsample, parent=None) -> tuple:
+        """(the potential's arguments on ``subsample``, what a proposal from it reuses); ``parent``: the
+        subsample it was proposed from, with what it reuses (its rows' terms at θ*).
         """
         batch = subsample.rows.batch if self.estimator == "signed" else subsample.batch
+        if self.inner.kind == "nuts":
+            return (TargetEstimate(self, batch, subsample),), None
         parent_terms = None if parent is None else (parent[0].rows.batch if self.estimator == "signed"
                                                     else parent[0].batch, parent[1])
         terms = self.target.center_args(batch, parent_terms) if self.target.glm is not None else ()
-        return self.estimate_graph.batch_args(batch, terms, self.potential.n_exact), terms
-
-    def _shared_args(self, subsample) -> list:
-        design = self.design
+        graph, design = self.estimate_graph, self.design
         if self.estimator == "signed":
-            return self.estimate_graph.shared_args(batch_size=design.m, a=design.a, lam=design.lam)
-        return self.estimate_graph.shared_args(n_rest=self.potential.n_rest, n_exact=self.potential.n_exact,
-                                               rows=self.potential.rows_in(subsample))
+            shared = graph.shared_args(batch_size=design.m, a=design.a, lam=design.lam)
+        else:
+            shared = graph.shared_args(n_rest=self.potential.n_rest, n_exact=self.potential.n_exact,
+                                       rows=self.potential.rows_in(subsample))
+        return tuple(graph.batch_args(batch, terms, self.potential.n_exact)) + tuple(shared), terms
 
     def _current_args(self) -> tuple:
-        """The estimate function's arguments for the current subsample (kept while it is current)."""
+        """The potential's arguments on the current subsample (kept while it is current)."""
         if self._compiled_args is None or self._compiled_args[0] is not self.subsample:
-            args, terms = self._batch_args(self.subsample)
-            self._compiled_args = (self.subsample, args, terms)
-        return tuple(self._compiled_args[1]) + tuple(self._shared_args(self.subsample))
+            self._compiled_args = (self.subsample, *self._args_for(self.subsample))
+        return self._compiled_args[1]
+
+    def _evaluate(self, theta, args):
+        if self.inner.kind == "nuts":
+            return args[0](theta)
+        return self.estimate_graph.function()(theta, *args)
 
     def _compiled_estimate(self, theta):
-        """The estimate at θ on the current subsample, by the compiled function."""
+        """The estimate at θ on the current subsample."""
         theta = np.asarray(theta, dtype=self.tall.theta.dtype)
-        value, grad, extras = self._potential_function()[0](theta, *self._current_args())
+        value, grad, extras = self._evaluate(theta, self._current_args())
         return _estimate(float(value), grad, extras)
 
     def _compiled_astep(self, q0):
-        """One HMC-ECS iteration in one compiled call; (θ, stats) as :meth:`HMCECS.astep`."""
+        """One HMC-ECS iteration; (θ, stats) as :meth:`HMCECS.astep`."""
         perf_start = time.perf_counter()
-        function, potential = self._potential_function()
         theta = np.asarray(q0.data, dtype=self.tall.theta.dtype)
         current = self._current_args()
-        shared = current[len(self._compiled_args[1]):]
         rows_read = 0  # the rows of the estimates: the start's where it is not known, u′'s at θ₀, the path's
         if self.current is None or not np.array_equal(self.current_theta, theta):
-            value, grad, extras = function(theta, *current)
-            self.current = _estimate(float(value), grad, extras)
+            self.current = _estimate(*self._evaluate(theta, current))
             rows_read = self.potential.rows_in(self.subsample)
         proposal = self._propose_subsample(self.rng, self.subsample)
-        proposed_args, proposed_terms = self._batch_args(proposal, (self.subsample, self._compiled_args[2]))
+        proposed, proposed_reuse = self._args_for(proposal, (self.subsample, self._compiled_args[2]))
         momentum, step_size, inverse_mass, extra = self.inner.draw()
         momentum, inverse_mass = momentum.astype(theta.dtype), inverse_mass.astype(theta.dtype)
         log_u_subsample = np.log(self.rng.uniform())
         start = (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype), self.current.extras)
-        proposed = tuple(proposed_args) + tuple(shared)
         if self.inner.kind == "hmc":
-            result = ecs_iteration(potential, theta, start, current, proposed, log_u_subsample, momentum,
-                                   step_size, extra, inverse_mass, np.log(self.inner.rng.uniform()))
+            result = ecs_iteration(self._numba_potential(), theta, start, current, proposed, log_u_subsample,
+                                   momentum, step_size, extra, inverse_mass, np.log(self.inner.rng.uniform()))
             transition = result.hmc
         else:
             seed, max_treedepth = extra
-            result = ecs_nuts_iteration(function, theta, start, current, proposed, log_u_subsample, momentum,
+            result = ecs_nuts_iteration(_call, theta, start, current, proposed, log_u_subsample, momentum,
                                         step_size, inverse_mass, seed, max_treedepth,
                                         machine=self._nuts_machine(max_treedepth))
             transition = result.nuts
         if result.subsample_accepted:
-            self.subsample, self._compiled_args = proposal, (proposal, proposed_args, proposed_terms)
+            self.subsample, self._compiled_args = proposal, (proposal, proposed, proposed_reuse)
         rows = self.potential.rows_in(self.subsample)
         n_loglik = rows_read + self.potential.rows_in(proposal) + rows * transition.n_steps
         self.potential.n_rows_evaluated += n_loglik
@@ -261,6 +265,51 @@ class CompiledECS:
             sign=self.current.sign,
         )
         return transition.theta, stats
+
+
+def _call(theta, estimate):
+    """The resumable machine's potential: the bound estimate of the subsample its arguments name."""
+    return estimate(theta)
+
+
+class TargetEstimate:
+    """θ ↦ (value, grad, extras) on one batch by the target's own per-call function
+    (:meth:`~pymc_subsample.estimators.target.SubsampledTarget.perturbed_function` or
+    :meth:`~pymc_subsample.estimators.target.SubsampledTarget.signed_function`), its other arguments
+    bound once per batch; extras as :class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`'s.
+    """
+
+    def __init__(self, step, batch, subsample):
+        target, self.step, self.subsample = step.target, step, subsample
+        self.target, self.signed = target, step.estimator == "signed"
+        self.rows = len(batch[0]) if batch else 0
+        if self.signed:
+            design = step.design
+            self.m, self.a = design.m, float(design.a)
+            self.function = target.signed_function()
+            extra = (np.asarray(design.m, dtype="int64"), np.asarray(design.a, dtype=float),
+                     np.asarray(design.lam, dtype=float))
+        else:
+            n_exact = step.potential.n_exact
+            subsampled = np.ones(self.rows)
+            subsampled[:n_exact] = 0.0
+            self.function = target.perturbed_function()
+            extra = (np.asarray(step.potential.n_rest, dtype="float64"),
+                     np.asarray(self.rows - n_exact, dtype="float64"), subsampled)
+        self.args = target.arguments(batch, *extra) if self.rows else None
+
+    def __call__(self, theta):
+        if self.rows == 0:  # no mini-batch drawn (signed): the potential's own special case
+            est = self.step.potential.estimate(theta, self.subsample)
+            return est.value, est.grad, np.array([est.loglik_var, est.sign], dtype=float)
+        value, grad, third = self.function(theta, *self.args)
+        value, grad = self.target.add_sum_q(theta, value, grad)
+        if not self.signed:
+            return value, grad, np.array([float(third)])
+        n = self.target.n_rows
+        d_hat = (n / self.m) * third.reshape(-1, self.m).sum(axis=1)
+        variance = n * n * float(np.var(third)) / self.m
+        return value, grad, np.array([variance, float(block_poisson_sign(d_hat, self.a))])
 
 
 class _Estimate(NamedTuple):

@@ -138,8 +138,8 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         (:mod:`~pymc_subsample.step_methods.compiled_inner`).
         None (default): with NUTS, the tree in a Numba state machine cached on disk
         (:mod:`pymc_subsample.kernels.resumable_nuts`: the same transition as PyMC's NUTS, its
-        uniforms from one seed per transition) calling the estimate's compiled function at each new
-        point: 1-2 µs of bookkeeping a leapfrog step where PyMC's NUTS spends 20-30 µs; with HMC,
+        uniforms from one seed per transition) calling the estimate's own compiled function at each
+        new point: 1-2 µs of bookkeeping a leapfrog step where PyMC's NUTS spends 20-30 µs; with HMC,
         PyMC's HamiltonianMC. True: the same for NUTS; for HMC, the subsample update and the whole
         trajectory in one Numba call (:mod:`pymc_subsample.kernels.compiled_hmc`, the same draws as
         PyMC's HamiltonianMC to rounding), which needs PyTensor's Numba backend and compiles again
@@ -210,7 +210,8 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         self.compiled = bool(compiled or (compiled is None and inner == "nuts" and options is not None))
         self.estimate_graph, self._compiled_args = None, None
         if self.compiled:  # the arguments were checked before the set-up (_check_compiled)
-            self.estimate_graph = EstimateGraph(self.target, self.estimator)
+            if inner == "hmc":
+                self.estimate_graph = EstimateGraph(self.target, self.estimator)
             path_length = 1.2 if trajectory_length is None else trajectory_length
             built = self._metric(metric, precision, window, diagonal_default=True)
             return CompiledHMC(inner, built, self.tall.ndim, path_length, target_accept, self.rng.spawn(1)[0],
