@@ -107,6 +107,7 @@ class CompiledHMC(WithSamplingState):
 
     def stop_tuning(self):
         self.tune = False
+        self.inverse_mass = None  # read once more: the last warm-up draw may have adapted the metric
 
     def draw(self):
         """(p₀ ~ N(0, M), ε, M⁻¹, and HMC's L or NUTS's seed and tree depth) for one transition.
@@ -127,9 +128,12 @@ class CompiledHMC(WithSamplingState):
         return momentum, step_size, self._current_inverse_mass(), extra
 
     def _current_inverse_mass(self):
-        """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again only when the
-        velocity of a fixed probe vector changed (PyMC's adaptive metrics change at window ends).
+        """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again during warm-up
+        only when the velocity of a fixed probe vector changed (PyMC's adaptive metrics change at
+        window ends, and only while tuning).
         """
+        if self.inverse_mass is not None and not self.tune:
+            return self.inverse_mass[0]
         probe = self.metric.velocity(self._probe)
         if self.inverse_mass is None or not np.array_equal(probe, self.inverse_mass[1]):
             eye = np.eye(len(self._probe))
