@@ -93,9 +93,9 @@ def compare_on(name, X, y, args):
     print(f"\n## {name}: N = {X.shape[0]}, d = {X.shape[1]}")
     model = logistic_model(X, y)
     idata, setup, sampling, step = run_hmcecs(model, args.m, args.draws, args.tune, seed=args.seed,
-                                              compiled=args.compiled)
+                                              compiled=False if args.python_nuts else None)
     ess = min_ess(idata)
-    label = "pymc_subsample HMCECS" + (" (compiled=True)" if args.compiled else "")
+    label = "pymc_subsample HMCECS" + (" (compiled=False)" if args.python_nuts else "")
     rows = [(label, setup, sampling, ess, idata)]
     ref = None
     if not args.skip_nuts:
