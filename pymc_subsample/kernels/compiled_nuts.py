@@ -139,6 +139,29 @@ def _turning(a_sum, a_begin_v, a_end_p, a_end_v, b_sum, b_begin_p, b_begin_v, b_
     return False
 
 
+@numba.njit(cache=True)
+def _merge_later(old, cur, rng, d, extra):
+    """Merge subtree ``old`` with ``cur``, built after it, into ``cur`` (flat records of :func:`_kernels`'s
+    layout): False, ``cur`` unchanged, where the merged tree turns back (:func:`_turning`, with the
+    checks across the junction where ``extra``); else its draw is ``old``'s with probability
+    w_old / (w_old + w_cur) (uniform progressive sampling inside a subtree), its weight the sum, its
+    first point ``old``'s and ρ the sum.
+    """
+    BV, EP, EV, RHO, Q = d, 2 * d, 3 * d, 4 * d, 5 * d
+    W = cur.shape[0] - 1
+    if _turning(old[RHO:Q], old[BV:EP], old[EP:EV], old[EV:RHO], cur[RHO:Q], cur[:BV], cur[BV:EP],
+                cur[EV:RHO], extra):
+        return False
+    merged = np.logaddexp(old[W], cur[W])
+    if not np.log(_uniform(rng)) < cur[W] - merged:  # uniform: keep the earlier half's draw
+        _copy(cur[Q:W], old[Q:W])
+    cur[W] = merged
+    _copy(cur[:EP], old[:EP])  # the merged tree begins where the earlier half does
+    for i in range(d):
+        cur[RHO + i] += old[RHO + i]
+    return True
+
+
 #: the kernels of each potential seen, kept as long as Numba keeps their code
 _KERNELS = {}
 
@@ -227,18 +250,9 @@ def _kernels(potential):
                 cur[VAL], cur[H], cur[W] = val, h, -error
                 k = 0
                 while (n >> k) & 1:  # leaf n completes one subtree per trailing 1 bit
-                    old = stack[k]
-                    if _turning(old[RHO:Q], old[BV:EP], old[EP:EV], old[EV:RHO], cur[RHO:Q], cur[:BV],
-                                cur[BV:EP], cur[EV:RHO], k > 0):
+                    if not _merge_later(stack[k], cur, rng, d, k > 0):
                         turning = True
                         break
-                    merged = np.logaddexp(old[W], cur[W])
-                    if not np.log(_uniform(rng)) < cur[W] - merged:  # uniform: keep the earlier half's draw
-                        _copy(cur[Q:W], old[Q:W])
-                    cur[W] = merged
-                    _copy(cur[:EP], old[:EP])  # the merged tree begins where the earlier half does
-                    for i in range(d):
-                        cur[RHO + i] += old[RHO + i]
                     k += 1
                 if turning:
                     break

@@ -45,6 +45,7 @@ from .compiled_nuts import (
     NUTSResult,
     _copy,
     _dot,
+    _merge_later,
     _result,
     _turning,
     _uniform,
@@ -221,18 +222,9 @@ def resume(work, ints, rng, value, grad, extras):
     cur[VAL], cur[H], cur[W] = val, h, -error
     n, k = ints[_LEAF], 0
     while (n >> k) & 1:  # leaf n completes one subtree per trailing 1 bit
-        old = stack[k * (W + 1):(k + 1) * (W + 1)]
-        if _turning(old[RHO:Q], old[BV:EP], old[EP:EV], old[EV:RHO], cur[RHO:Q], cur[:BV], cur[BV:EP],
-                    cur[EV:RHO], k > 0):
+        if not _merge_later(stack[k * (W + 1):(k + 1) * (W + 1)], cur, rng, d, k > 0):
             ints[_TURNING], ints[_DEPTH] = 1, depth + 1
             return DONE
-        merged = np.logaddexp(old[W], cur[W])
-        if not np.log(_uniform(rng)) < cur[W] - merged:  # uniform: keep the earlier half's draw
-            _copy(cur[Q:W], old[Q:W])
-        cur[W] = merged
-        _copy(cur[:EP], old[:EP])  # the merged tree begins where the earlier half does
-        for i in range(d):
-            cur[RHO + i] += old[RHO + i]
         k += 1
     if k < depth:
         _copy(stack[k * (W + 1):(k + 1) * (W + 1)], cur)
