@@ -94,13 +94,48 @@ def _copy(dst, src):
 
 
 @numba.njit(cache=True)
-def _velocity(inverse_mass, p, out):
+def _velocity(mass, p, out):
+    """M⁻¹p into ``out``, with M⁻¹ stored row-major in the flat ``mass``."""
     d = p.shape[0]
     for i in range(d):
         s = 0.0
         for j in range(d):
-            s += inverse_mass[i, j] * p[j]
+            s += mass[i * d + j] * p[j]
         out[i] = s
+
+
+# The integration state is one flat array of 5d: θ, p, v = M⁻¹p, ∇log π and M⁻¹∇log π (one product
+# by M⁻¹ a step). A subtree is one flat record: the first point's p and v, the last point's p and v,
+# ρ, then its draw (θ, ∇log π, extras, log π, H), then its log weight log Σ e^{−ΔH}.
+
+@numba.njit(cache=True)
+def _kick_drift(state, d, eps, half):
+    """The leapfrog's first half kick and drift: θ is then the point to evaluate."""
+    for i in range(d):
+        state[d + i] += half * state[3 * d + i]
+        state[2 * d + i] += half * state[4 * d + i]
+        state[i] += eps * state[2 * d + i]
+
+
+@numba.njit(cache=True)
+def _kick(state, d, half):
+    """The leapfrog's second half kick, with ∇log π and M⁻¹∇log π of the new point in ``state``."""
+    for i in range(d):
+        state[d + i] += half * state[3 * d + i]
+        state[2 * d + i] += half * state[4 * d + i]
+
+
+@numba.njit(cache=True)
+def _leaf(cur, state, x, d, val, h, error):
+    """The point of ``state`` (extras ``x``, log π ``val``, energy ``h``) as a subtree of one point."""
+    BV, EP, EV, RHO, Q, G, X = d, 2 * d, 3 * d, 4 * d, 5 * d, 6 * d, 7 * d
+    VAL = X + x.shape[0]
+    for i in range(d):
+        cur[i] = cur[EP + i] = cur[RHO + i] = state[d + i]
+        cur[BV + i] = cur[EV + i] = state[2 * d + i]
+        cur[Q + i], cur[G + i] = state[i], state[3 * d + i]
+    _copy(cur[X:VAL], x)
+    cur[VAL], cur[VAL + 1], cur[VAL + 2] = val, h, -error
 
 
 @numba.njit(cache=True)
@@ -162,6 +197,25 @@ def _merge_later(old, cur, rng, d, extra):
     return True
 
 
+@numba.njit(cache=True)
+def _grow(draw, cur, log_weight, rng, rho, far, near, d, depth):
+    """The end of a doubling that added the subtree ``cur`` next to the trajectory's ``near`` edge:
+    the biased progressive draw (the new half with probability min(1, w_new / w_old)), the turning
+    check of the whole trajectory and its summed momentum ρ. Returns (log weight, turning).
+    """
+    BV, EP, EV, RHO, Q = d, 2 * d, 3 * d, 4 * d, 5 * d
+    W = cur.shape[0] - 1
+    if np.log(_uniform(rng)) < cur[W] - log_weight:
+        _copy(draw[Q:W], cur[Q:W])
+    log_weight = np.logaddexp(log_weight, cur[W])
+    # the old trajectory in integration order runs from the far edge to the edge grown from
+    turning = _turning(rho, far[2 * d:3 * d], near[d:2 * d], near[2 * d:3 * d], cur[RHO:Q], cur[:BV],
+                       cur[BV:EP], cur[EV:RHO], depth > 0)
+    for i in range(d):
+        rho[i] += cur[RHO + i]
+    return log_weight, turning
+
+
 #: the kernels of each potential seen, kept as long as Numba keeps their code
 _KERNELS = {}
 
@@ -183,23 +237,22 @@ def _kernels(potential):
         d, ne, levels = theta.shape[0], extras.shape[0], max(max_treedepth, 1)
         rng = np.empty(1, dtype=np.uint64)
         rng[0] = seed
-        # A subtree is one flat record, so that a push, a merge or a draw is one copy of a range
-        # (each copy loop is compiled apiece: 1.8 s of LLVM time with a copy per vector): the first
-        # point's p and v, the last point's p and v, ρ, then its draw: θ, ∇log π, extras, log π, H;
-        # then its log weight log Σ e^{−ΔH}.
-        BV, EP, EV, RHO, Q, G, X = d, 2 * d, 3 * d, 4 * d, 5 * d, 6 * d, 7 * d
+        # A subtree is one flat record (the layout above), so that a push, a merge or a draw is one
+        # copy of a range (each copy loop is compiled apiece: 1.8 s of LLVM time with a copy per vector)
+        Q, G, X = 5 * d, 6 * d, 7 * d
         VAL, H, W = X + ne, X + ne + 1, X + ne + 2
         cur, draw, stack = np.empty(W + 1), np.empty(W + 1), np.empty((levels, W + 1))
-        # The integration state: θ, p, v = M⁻¹p, ∇log π and M⁻¹∇log π (one product by M⁻¹ a step),
-        # and the same at the two ends of the trajectory (0: earliest in time, 1: latest).
+        # the integration state, and the same at the two ends of the trajectory (0: earliest in time,
+        # 1: latest)
         state, edges, edge_val = np.empty(5 * d), np.empty((2, 5 * d)), np.empty(2)
         q, p, v, g, mg = state[:d], state[d:2 * d], state[2 * d:3 * d], state[3 * d:4 * d], state[4 * d:]
         x, rho = np.empty(ne), np.empty(d)
+        mass = np.ascontiguousarray(inverse_mass).ravel()
         _copy(q, theta)
         _copy(p, momentum)
-        _velocity(inverse_mass, momentum, v)
+        _velocity(mass, momentum, v)
         _copy(g, grad)
-        _velocity(inverse_mass, grad, mg)
+        _velocity(mass, grad, mg)
         for s in range(2):
             _copy(edges[s], state)
             edge_val[s] = value
@@ -219,18 +272,13 @@ def _kernels(potential):
             _copy(state, edges[side])
             val = edge_val[side]
             for n in range(1 << depth):
-                for i in range(d):  # leapfrog: half kick, drift, half kick
-                    p[i] += half * g[i]
-                    v[i] += half * mg[i]
-                    q[i] += eps * v[i]
+                _kick_drift(state, d, eps, half)  # leapfrog: half kick, drift, half kick
                 out = potential(q, *args)
                 val = out[0][()]
                 _copy(g, out[1])
                 _copy(x, out[2])
-                _velocity(inverse_mass, g, mg)
-                for i in range(d):
-                    p[i] += half * g[i]
-                    v[i] += half * mg[i]
+                _velocity(mass, g, mg)
+                _kick(state, d, half)
                 n_steps += 1
                 h = -val + 0.5 * _dot(p, v)
                 error = h - h0
@@ -242,12 +290,7 @@ def _kernels(potential):
                 if not abs(error) <= MAX_ENERGY_ERROR:
                     diverging = True
                     break
-                for i in range(d):  # the leaf as a subtree of one point
-                    cur[i] = cur[EP + i] = cur[RHO + i] = p[i]
-                    cur[BV + i] = cur[EV + i] = v[i]
-                    cur[Q + i], cur[G + i] = q[i], g[i]
-                _copy(cur[X:VAL], x)
-                cur[VAL], cur[H], cur[W] = val, h, -error
+                _leaf(cur, state, x, d, val, h, error)
                 k = 0
                 while (n >> k) & 1:  # leaf n completes one subtree per trailing 1 bit
                     if not _merge_later(stack[k], cur, rng, d, k > 0):
@@ -261,16 +304,8 @@ def _kernels(potential):
             depth += 1
             if diverging or turning:
                 break  # the doubling is discarded: the draw stays in the trajectory before it
-            # Biased progressive sampling: the new half is taken with probability min(1, w_new / w_old).
-            if np.log(_uniform(rng)) < cur[W] - log_weight:
-                _copy(draw[Q:W], cur[Q:W])
-            log_weight = np.logaddexp(log_weight, cur[W])
-            # The old trajectory in integration order runs from the far edge to the edge grown from.
             far, near = edges[1 - side], edges[side]
-            turning = _turning(rho, far[2 * d:3 * d], near[d:2 * d], near[2 * d:3 * d], cur[RHO:Q], cur[:BV],
-                               cur[BV:EP], cur[EV:RHO], depth > 0)  # PyMC's test; always true here
-            for i in range(d):
-                rho[i] += cur[RHO + i]
+            log_weight, turning = _grow(draw, cur, log_weight, rng, rho, far, near, d, depth)
             _copy(near, state)
             edge_val[side] = val
         return (draw[Q:G].copy(), draw[VAL], draw[G:X].copy(), draw[X:VAL].copy(), depth, n_steps,

@@ -45,10 +45,14 @@ from .compiled_nuts import (
     NUTSResult,
     _copy,
     _dot,
+    _grow,
+    _kick,
+    _kick_drift,
+    _leaf,
     _merge_later,
     _result,
-    _turning,
     _uniform,
+    _velocity,
 )
 
 __all__ = [
@@ -99,26 +103,6 @@ def _views(work, ints):
     state, edges, rho, x, cur, draw, stack, mass, end = _layout(ints[_D], ints[_NE], ints[_LEVELS])
     return (work[state:edges], work[edges:rho], work[rho:x], work[x:cur], work[cur:draw], work[draw:stack],
             work[stack:mass], work[mass:end])
-
-
-@numba.njit(cache=True)
-def _velocity(mass, p, out):
-    """M⁻¹p into ``out``, M⁻¹ stored row-major, summed in the order of :func:`.compiled_nuts._velocity`."""
-    d = p.shape[0]
-    for i in range(d):
-        s = 0.0
-        for j in range(d):
-            s += mass[i * d + j] * p[j]
-        out[i] = s
-
-
-@numba.njit(cache=True)
-def _kick_drift(state, d, eps, half):
-    """The leapfrog's first half kick and drift: θ is then the point to evaluate."""
-    for i in range(d):
-        state[d + i] += half * state[3 * d + i]
-        state[2 * d + i] += half * state[4 * d + i]
-        state[i] += eps * state[2 * d + i]
 
 
 @numba.njit(cache=True)
@@ -193,16 +177,13 @@ def resume(work, ints, rng, value, grad, extras):
     if grad.shape[0] != d or extras.shape[0] != ints[_NE]:
         return WRONG_SIZE
     state, edges, rho, x, cur, draw, stack, mass = _views(work, ints)
-    q, p, v, g, mg = state[:d], state[d:2 * d], state[2 * d:3 * d], state[3 * d:4 * d], state[4 * d:]
-    BV, EP, EV, RHO, Q, G, X = d, 2 * d, 3 * d, 4 * d, 5 * d, 6 * d, 7 * d
-    VAL, H, W = X + x.shape[0], X + x.shape[0] + 1, X + x.shape[0] + 2
+    p, v, g, mg = state[d:2 * d], state[2 * d:3 * d], state[3 * d:4 * d], state[4 * d:]
+    W = 7 * d + x.shape[0] + 2
     half, val = work[_HALF], value
     _copy(g, grad)
     _copy(x, extras)
     _velocity(mass, g, mg)
-    for i in range(d):  # the leapfrog's second half kick
-        p[i] += half * g[i]
-        v[i] += half * mg[i]
+    _kick(state, d, half)  # the leapfrog's second half kick
     ints[_N_STEPS] += 1
     h = -val + 0.5 * _dot(p, v)
     error = h - work[_H0]
@@ -214,12 +195,7 @@ def resume(work, ints, rng, value, grad, extras):
     if not abs(error) <= MAX_ENERGY_ERROR:  # the doubling is discarded with the transition's end
         ints[_DIVERGING], ints[_DEPTH] = 1, depth + 1
         return DONE
-    for i in range(d):  # the leaf as a subtree of one point
-        cur[i] = cur[EP + i] = cur[RHO + i] = p[i]
-        cur[BV + i] = cur[EV + i] = v[i]
-        cur[Q + i], cur[G + i] = q[i], g[i]
-    _copy(cur[X:VAL], x)
-    cur[VAL], cur[H], cur[W] = val, h, -error
+    _leaf(cur, state, x, d, val, h, error)
     n, k = ints[_LEAF], 0
     while (n >> k) & 1:  # leaf n completes one subtree per trailing 1 bit
         if not _merge_later(stack[k * (W + 1):(k + 1) * (W + 1)], cur, rng, d, k > 0):
@@ -234,18 +210,11 @@ def resume(work, ints, rng, value, grad, extras):
         return EVALUATE
     depth += 1
     ints[_DEPTH] = depth
-    # Biased progressive sampling: the new half is taken with probability min(1, w_new / w_old).
-    if np.log(_uniform(rng)) < cur[W] - work[_LOG_WEIGHT]:
-        _copy(draw[Q:W], cur[Q:W])
-    work[_LOG_WEIGHT] = np.logaddexp(work[_LOG_WEIGHT], cur[W])
-    # The old trajectory in integration order runs from the far edge to the edge grown from.
     side = ints[_SIDE]
     far, near = edges[(1 - side) * 5 * d:(2 - side) * 5 * d], edges[side * 5 * d:(side + 1) * 5 * d]
-    if _turning(rho, far[2 * d:3 * d], near[d:2 * d], near[2 * d:3 * d], cur[RHO:Q], cur[:BV], cur[BV:EP],
-                cur[EV:RHO], depth > 0):
+    work[_LOG_WEIGHT], turning = _grow(draw, cur, work[_LOG_WEIGHT], rng, rho, far, near, d, depth)
+    if turning:
         ints[_TURNING] = 1
-    for i in range(d):
-        rho[i] += cur[RHO + i]
     _copy(near, state)
     work[_EDGE_VAL + side] = val
     return _next_doubling(work, ints, rng)
