@@ -198,6 +198,28 @@ def _merge_later(old, cur, rng, d, extra):
 
 
 @numba.njit(cache=True)
+def _begin(state, rho, draw, theta, value, grad, extras, momentum, mass):
+    """The integration state at the start (θ₀, p₀ and their products by M⁻¹), ρ = p₀ and the draw
+    record = the start; returns H₀.
+    """
+    d = theta.shape[0]
+    Q, G, X = 5 * d, 6 * d, 7 * d
+    VAL = X + extras.shape[0]
+    _copy(state[:d], theta)
+    _copy(state[d:2 * d], momentum)
+    _velocity(mass, momentum, state[2 * d:3 * d])
+    _copy(state[3 * d:4 * d], grad)
+    _velocity(mass, grad, state[4 * d:])
+    h0 = -value + 0.5 * _dot(state[d:2 * d], state[2 * d:3 * d])
+    _copy(rho, state[d:2 * d])
+    _copy(draw[Q:G], theta)
+    _copy(draw[G:X], grad)
+    _copy(draw[X:VAL], extras)
+    draw[VAL], draw[VAL + 1] = value, h0
+    return h0
+
+
+@numba.njit(cache=True)
 def _grow(draw, cur, log_weight, rng, rho, far, near, d, depth):
     """The end of a doubling that added the subtree ``cur`` next to the trajectory's ``near`` edge:
     the biased progressive draw (the new half with probability min(1, w_new / w_old)), the turning
@@ -248,20 +270,10 @@ def _kernels(potential):
         q, p, v, g, mg = state[:d], state[d:2 * d], state[2 * d:3 * d], state[3 * d:4 * d], state[4 * d:]
         x, rho = np.empty(ne), np.empty(d)
         mass = np.ascontiguousarray(inverse_mass).ravel()
-        _copy(q, theta)
-        _copy(p, momentum)
-        _velocity(mass, momentum, v)
-        _copy(g, grad)
-        _velocity(mass, grad, mg)
+        h0 = _begin(state, rho, draw, theta, value, grad, extras, momentum, mass)
         for s in range(2):
             _copy(edges[s], state)
             edge_val[s] = value
-        h0 = -value + 0.5 * _dot(p, v)
-        _copy(rho, p)
-        _copy(draw[Q:G], theta)
-        _copy(draw[G:X], grad)
-        _copy(draw[X:VAL], extras)
-        draw[VAL], draw[H] = value, h0
         log_weight, val = 0.0, value
         accept_sum, max_error, n_steps, depth = 0.0, 0.0, 0, 0
         diverging = turning = False

@@ -43,6 +43,7 @@ from .compiled_nuts import (
     MAX_ENERGY_ERROR,
     ECSNUTSResult,
     NUTSResult,
+    _begin,
     _copy,
     _dot,
     _grow,
@@ -136,27 +137,14 @@ def start(work, ints, rng, theta, value, grad, extras, momentum, step_size, inve
             or inverse_mass.shape[0] != d or inverse_mass.shape[1] != d or max_treedepth > ints[_LEVELS]):
         return WRONG_SIZE
     state, edges, rho, x, cur, draw, stack, mass = _views(work, ints)
-    q, p, v, g, mg = state[:d], state[d:2 * d], state[2 * d:3 * d], state[3 * d:4 * d], state[4 * d:]
-    Q, G, X = 5 * d, 6 * d, 7 * d
-    VAL, H = X + extras.shape[0], X + extras.shape[0] + 1
     for i in range(d):  # a copy, so that the caller's M⁻¹ may change between evaluations
         for j in range(d):
             mass[i * d + j] = inverse_mass[i, j]
     rng[0] = seed
-    _copy(q, theta)
-    _copy(p, momentum)
-    _velocity(mass, momentum, v)
-    _copy(g, grad)
-    _velocity(mass, grad, mg)
+    h0 = _begin(state, rho, draw, theta, value, grad, extras, momentum, mass)
     for s in range(2):
         _copy(edges[s * 5 * d:(s + 1) * 5 * d], state)
         work[_EDGE_VAL + s] = value
-    h0 = -value + 0.5 * _dot(p, v)
-    _copy(rho, p)
-    _copy(draw[Q:G], theta)
-    _copy(draw[G:X], grad)
-    _copy(draw[X:VAL], extras)
-    draw[VAL], draw[H] = value, h0
     work[_STEP], work[_H0] = step_size, h0
     work[_LOG_WEIGHT], work[_ACCEPT_SUM], work[_MAX_ERROR] = 0.0, 0.0, 0.0
     ints[_MAX_DEPTH], ints[_DEPTH], ints[_N_STEPS] = max_treedepth, 0, 0
