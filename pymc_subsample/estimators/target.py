@@ -173,8 +173,13 @@ class SubsampledTarget:
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
 
     def _args(self, theta, batch, *extra):
-        return (np.asarray(theta, dtype=self.tall.theta.dtype), *extra, *batch, *self.center_args(batch),
-                *self._sum_q()[2])
+        return (np.asarray(theta, dtype=self.tall.theta.dtype), *self.arguments(batch, *extra))
+
+    def arguments(self, batch, *extra) -> tuple:
+        """The arguments after θ of a compiled function of this target (:meth:`perturbed_function`,
+        :meth:`signed_function`) on ``batch``, after its own ``extra`` ones.
+        """
+        return (*extra, *batch, *self.center_args(batch), *self._sum_q()[2])
 
     def __getstate__(self):
         # a chain's process computes the kept terms again (one pass) rather than receive up to
@@ -245,12 +250,14 @@ class SubsampledTarget:
         return self._sum_q_parts
 
     def _prior_and_sum_q(self):
-        """Log p(θ), plus Σ_k q_k(θ) where the proxy is compiled into the graph (:meth:`_add_sum_q`)."""
+        """Log p(θ), plus Σ_k q_k(θ) where the proxy is compiled into the graph (:meth:`add_sum_q`)."""
         sum_q = self._sum_q()[0]
         return self.tall.prior_graph if sum_q is None else self.tall.prior_graph + sum_q
 
-    def _add_sum_q(self, theta, value, grad):
-        """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them."""
+    def add_sum_q(self, theta, value, grad):
+        """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them
+        (public: the step methods that call :meth:`perturbed_function` themselves add it so).
+        """
         value = float(value)
         if not self.proxy.sum_in_graph:
             sum_q, sum_q_grad = self.proxy.sum_value_and_grad(theta)
@@ -305,16 +312,6 @@ class SubsampledTarget:
 
         return self._compile("perturbed", build)
 
-    def arguments(self, batch, *extra) -> tuple:
-        """The arguments after θ of a compiled function of this target (:meth:`perturbed_function`,
-        :meth:`signed_function`) on ``batch``, after its own ``extra`` ones.
-        """
-        return self._args(np.zeros(0), batch, *extra)[1:]
-
-    def add_sum_q(self, theta, value, grad):
-        """(value, grad) of a compiled function plus Σq and its gradient where its graph holds no Σq."""
-        return self._add_sum_q(theta, value, grad)
-
     def perturbed_with_exact(self, theta, batch, n_exact, n_rest):
         """As :meth:`perturbed`, with the first ``n_exact`` rows of ``batch`` a set E computed exactly
         and the others a uniform subsample of the remaining ``n_rest`` rows R (Dang et al. 2019 eqs. 4.1-4.5):
@@ -335,7 +332,7 @@ class SubsampledTarget:
         subsampled[:n_exact] = 0.0
         extra = (np.asarray(n_rest, dtype="float64"), np.asarray(rows - n_exact, dtype="float64"), subsampled)
         value, grad, sigma2 = fn(*self._args(theta, batch, *extra))
-        value, grad = self._add_sum_q(theta, value, grad)
+        value, grad = self.add_sum_q(theta, value, grad)
         return value, grad, float(sigma2)
 
     def difference_gradient(self, theta, batch):
@@ -349,7 +346,7 @@ class SubsampledTarget:
             return [], derive
 
         grad = self._compile("difference_grad", build)(*self._args(theta, batch))
-        return self._add_sum_q(theta, 0.0, grad)[1]
+        return self.add_sum_q(theta, 0.0, grad)[1]
 
     def difference_jacobian(self, theta, batch):
         """Per-row ∇d_i(θ) = ∇ℓ_i(θ) − ∇q_i(θ), shape (m, d), for SG methods that keep the terms.
@@ -398,7 +395,7 @@ class SubsampledTarget:
                    np.asarray(lam, dtype=float))
         args = self._args(theta, batch, *scalars)
         value, grad, d = fn(*args)
-        value, grad = self._add_sum_q(theta, value, grad)
+        value, grad = self.add_sum_q(theta, value, grad)
         return value, grad, d
 
     # ------------------------------------------------------------------ set-up
