@@ -129,7 +129,7 @@ def test_rows_of_large_error_are_computed_exactly():
         order = np.argsort(-spread, kind="stable")[:candidates]
         return order, np.repeat(spread[order, None], len(thetas), axis=1), np.full(len(thetas), spread.sum())
 
-    differences = _constant_differences(spread.var() * n / (n - 1))
+    differences = _constant_differences(spread.mean())  # Var(d): the rows' mean squared deviation
     design = _init("perturbed", n, "auto", differences, deviations)
     assert set(spread.argsort()[-5:]) <= set(design.exact)
     assert design.m + design.exact.size < 200
@@ -204,3 +204,55 @@ def test_too_large():
     assert not ecs_tuning.too_large(ecs_tuning.with_size(design, 1248, np.arange(1)))
     fixed = _init("perturbed", n, 4000, _refused, _refused)
     assert not ecs_tuning.too_large(fixed)  # a size the user chose is never reported
+
+
+def test_the_setup_pass_is_made_where_it_costs_less_than_the_early_draws():
+    """m a little above the floor: the first SIZE_RETUNE_AT[0] draws' extra rows cost less than a
+    pass over N rows at 21 points, which the chain's re-choice makes at its own draws anyway; far
+    above it (rows of small groups), the pass picks the exact rows at set-up."""
+    n, floor, points = 1_000_000, 1000, 21
+    per_row = ecs_tuning.SIZE_RETUNE_AT[0] * ecs_tuning.EARLY_STEPS_PER_DRAW * ecs_tuning.STEP_ROW_COST
+    break_even = floor + points * n / per_row
+    assert not ecs_tuning.scores_at_setup(n, floor, floor, points)
+    assert not ecs_tuning.scores_at_setup(n, int(break_even) - 1, floor, points)
+    assert ecs_tuning.scores_at_setup(n, int(break_even) + 1, floor, points)
+    calls = []
+
+    def deviations(thetas, means, candidates):
+        calls.append(len(thetas))
+        return np.arange(candidates), np.full((candidates, len(thetas)), 1e-12), np.full(len(thetas), 1e-6)
+
+    near = _init("perturbed", n, None, _constant_differences(1.5 * floor / n**2), deviations)
+    assert 1000 < near.m <= 1501 and not near.scored and calls == []
+    far = _init("perturbed", n, None, _constant_differences(1e5 / n**2), deviations)
+    assert far.scored and calls == [points]
+
+
+def test_pilot_points_are_laplace_draws_where_the_posterior_has_mass():
+    """Under a Gaussian log posterior the bound ½χ²_d(0.999) keeps the Laplace draws themselves; where
+    the log posterior falls off a ridge (θ₁ > 1.5 here), the draws there are replaced by others; where
+    no draw qualifies, those of least drop are taken."""
+    from pymc_subsample.kernels.tuning import laplace_draws, plausible_laplace_draws
+
+    center, precision = np.zeros(3), np.diag([1.0, 4.0, 0.25])
+    gaussian = lambda theta: -0.5 * theta @ precision @ theta  # noqa: E731
+    first = plausible_laplace_draws(np.random.default_rng(5), center, precision, 20, gaussian)
+    np.testing.assert_array_equal(first, laplace_draws(np.random.default_rng(5), center, precision, 20))
+
+    def ridge(theta):
+        return gaussian(theta) - (1e4 if theta[0] > 1.5 else 0.0)
+
+    plain = laplace_draws(np.random.default_rng(1), center, precision, 200)
+    assert (plain[:, 0] > 1.5).sum() >= 5  # the plain draws do leave the ridge
+    kept = plausible_laplace_draws(np.random.default_rng(1), center, precision, 200, ridge)
+    assert kept.shape == (200, 3) and (kept[:, 0] <= 1.5).all()
+    bound = 0.5 * stats.chi2.ppf(0.999, 3)
+    assert all(-ridge(theta) <= bound for theta in kept)
+
+    def nowhere(theta):  # every draw implausible: the 4 of least drop, nearest θ* in the metric
+        return 0.0 if not theta.any() else -1e6 - 0.5 * theta @ precision @ theta
+
+    least = plausible_laplace_draws(np.random.default_rng(2), center, precision, 4, nowhere)
+    drawn = np.concatenate([laplace_draws(np.random.default_rng(2), center, precision, 4 * 20)])
+    order = np.argsort([t @ precision @ t for t in drawn])
+    np.testing.assert_allclose(least, drawn[order[:4]])

@@ -47,6 +47,9 @@ def test_proxy_sums_rows_and_gradients_agree(noncentred):
         total, grad = proxy.sum_value_and_grad(theta)
         # Σ_k q_k from the rows equals the O(r²) sum; the rows' gradients sum to its gradient
         assert q.sum() == pytest.approx(total, rel=1e-10)
+        # the value alone (NumPy and the Python linker: the set-up's checks of pilot points) is the same
+        assert proxy.sum_value(theta) == pytest.approx(total, rel=1e-12)
+        assert generic.proxy.sum_value(theta) == generic.proxy.sum_value_and_grad(theta)[0]
         q_rows, q_grads = proxy.rows_value_and_grad(theta, everything)
         np.testing.assert_allclose(q_rows, q, rtol=1e-12)
         np.testing.assert_allclose(q_grads.sum(axis=0), grad, rtol=1e-9, atol=1e-8)

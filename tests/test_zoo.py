@@ -206,19 +206,20 @@ def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
 
 
 def test_auto_subsample_size_is_chosen_again_at_the_chains_warmup_draws():
-    # the set-up pilot's Laplace draws in θ = (μ, log τ, z) reach a = μ + τz far outside this curved
-    # posterior and ask for more rows than the chain needs (measured: 156 at set-up, 10 at the
-    # chain's draws; with the default floor of 1000 rows, 12,919 of 10⁶ rows at set-up)
-    model = build("hierarchical_noncentred", N)
+    # crossed effects with groups of a few rows: the set-up chooses m and the exact rows at Laplace
+    # draws around θ* (measured: 170 and 636 of 20,000), the chain again at its own warm-up draws
+    # (66 and 1,113)
+    model = build("crossed_effects", N)
     with model:
         step = pms.HMCECS(subsample_size="auto", rng=0)
-        setup = step.subsample_size
+        setup, setup_exact = step.subsample_size, step.exact_rows.copy()
         idata = pm.sample(step=step, draws=200, tune=200, random_seed=1, **SAMPLE)
-    assert step.subsample_size * 4 < setup
+    assert step.subsample_size != setup and not np.array_equal(step.exact_rows, setup_exact)
     assert float(idata.sample_stats["loglik_var"].mean()) < step.target_variance
     # every chain starts again from the set-up's choice (PyMC calls reset_tuning per chain)
     step.reset_tuning()
     assert step.subsample_size == setup and step.num_blocks == min(100, setup)
+    np.testing.assert_array_equal(step.exact_rows, setup_exact)
 
 
 def test_adapted_mh_proposal_keeps_a_scale_the_user_fixed():

@@ -68,6 +68,10 @@ class TaylorProxy:
             grad += bv
         return float(value), grad
 
+    def sum_value(self, theta) -> float:
+        """Σ_k q_k(θ) alone, in NumPy (the set-up's checks of a point; nothing compiled)."""
+        return self.sum_value_and_grad(theta)[0]
+
     #: whether Σq is compiled into the estimator's per-call function (:meth:`sum_graph`) rather than
     #: added in NumPy (O(d²)) after each call
     sum_in_graph = False
@@ -166,6 +170,18 @@ class RowFreeTaylorProxy(TaylorProxy):
         value, grad = self.view.phi.quadratic(theta, self.phi_center, self.phi_grad_sum, self.phi_hess_sum,
                                               self.order)
         return self.loglik_sum + value, grad
+
+    def sum_value(self, theta) -> float:
+        """Σ_k q_k(θ) alone: φ(θ) on PyTensor's Python linker, the expansion in NumPy (the set-up's checks
+        of a point; unlike :meth:`sum_value_and_grad`, nothing compiled).
+        """
+        delta = self.view.phi.value(theta) - self.phi_center
+        value = self.loglik_sum
+        if self.order >= 1:
+            value += self.phi_grad_sum @ delta
+        if self.order == 2:
+            value += 0.5 * delta @ self.phi_hess_sum @ delta
+        return float(value)
 
     # φ's graph is small: compiled into the estimator's function. measured (non-centred, 10⁵ rows): on
     # PyTensor's Python linker as a call of its own, 0.18 ms a leapfrog step against 0.04 ms for the

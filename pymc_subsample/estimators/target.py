@@ -424,5 +424,12 @@ class SubsampledTarget:
             self._precision = prec
         return self._precision
 
+    def proxy_log_posterior(self, theta) -> float:
+        """The log posterior with every row's term replaced by its proxy, log p(θ) + Σ_k q_k(θ), from no
+        row and no compiled function (where the set-up's pilot points are plausible,
+        :func:`~pymc_subsample.kernels.tuning.plausible_laplace_draws`).
+        """
+        return float(self.tall.prior_value_and_grad(theta, setup=True)[0]) + self.proxy.sum_value(theta)
+
     def prior_value(self, theta) -> float:
         return float(self.tall.prior_value_and_grad(theta)[0])

@@ -28,6 +28,7 @@ from pymc_subsample.kernels.tuning import (
     choose_exact_rows,
     choose_subsample_size,
     laplace_draws,
+    plausible_laplace_draws,
 )
 from pymc_subsample.subsample.indices import block_slices
 
@@ -41,6 +42,7 @@ __all__ = [
     "negative_fraction",
     "negative_signs_message",
     "retune",
+    "scores_at_setup",
     "too_large",
     "too_large_message",
     "with_block_poisson",
@@ -52,11 +54,11 @@ __all__ = [
 SIGNED_RETUNE_AT = (25, 50, 100, 200, 400, 800)
 #: the chain's last draws at which the signed estimator's λ and a are chosen again
 SIGNED_WINDOW = 20
-# measured: the pilot alone asked for m = 12,919 of 10⁶ rows on a non-centred model, or all 20,000
-# rows of a Bambi (1|group) model, whose chains need 1000
+# measured with every Laplace draw in the pilot: m = 12,919-54,527 of 10⁶ rows on a non-centred
+# model, or all 20,000 rows of a Bambi (1|group) model, whose chains need 1000
 #: warm-up draws after which subsample_size="auto" (and the default) choose m again at the chain's
-#: own last RETUNE_WINDOW draws: the set-up pilot's Laplace draws in θ fall where a curved posterior
-#: (a non-centred μ + τz) has no mass, and ask for far more rows than the chain needs
+#: own last RETUNE_WINDOW draws: the set-up pilot's points are Laplace draws around θ*, which need
+#: not be where the chain goes (a centre far from the mode, a posterior far from Gaussian)
 SIZE_RETUNE_AT = (50, 150)
 RETUNE_WINDOW = 25
 #: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
@@ -71,6 +73,15 @@ DEFAULT_SUBSAMPLE_SIZE = 1000
 # (≥ 3 passes over m rows), more than full-data NUTS's one pass once m ≥ N/4
 #: "auto" warns when the rows per estimate reach N / AUTO_TOO_LARGE
 AUTO_TOO_LARGE = 4
+# measured at 10⁶ rows (non-centred zoo model, d = 23): the pass 23 ns a row and point (0.48 s at
+# 21 points, a third of a warm set-up), a leapfrog step's estimate 35 ns a row; warm-up draws took
+# 3-15 leapfrog steps
+#: leapfrog steps of an early warm-up draw, for :func:`scores_at_setup`
+EARLY_STEPS_PER_DRAW = 8
+#: a leapfrog step's cost per row of its subsample, in row evaluations of the set-up's pass
+STEP_ROW_COST = 1.5
+#: the set-up pilot's points around θ* (with θ* itself, the set-up's points)
+PILOT_POINTS = 20
 #: pilot rows per point: σ̂² = (n²/m) Var(d) needs Var(d) to a few percent, not all N rows
 PILOT_ROWS = 2000
 #: the fraction of negative warm-up estimates (signed) above which the re-tuning reports them
@@ -161,7 +172,7 @@ def with_block_poisson(design: Design, mean_d, var_d) -> Design:
 
 
 def init(estimator, n, subsample_size, num_blocks, target_variance, center, precision, differences,
-         deviations) -> Design:
+         deviations, log_posterior=None) -> Design:
     """The set-up's design.
 
     Parameters
@@ -175,10 +186,13 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     target_variance : float
         Target of σ̂² (eq. 4.3) or of Var log|L̂| (eq. 5.1).
     center, precision : arrays
-        θ* and the Laplace precision there: the pilot's 20 points are drawn from N(θ*, precision⁻¹),
+        θ* and the Laplace precision there: the pilot's PILOT_POINTS points are drawn from N(θ*, precision⁻¹),
         where the chain will be after warm-up.
     differences, deviations : callable
         The functions over the rows (module docstring).
+    log_posterior : callable, optional
+        θ ↦ a log posterior that reads no row (the proxy's): the pilot's points are then the Laplace
+        draws where it is plausible (:func:`~pymc_subsample.kernels.tuning.plausible_laplace_draws`).
     """
     minimum = 10
     if subsample_size is None:
@@ -189,7 +203,8 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     if estimator == "signed" or subsample_size == "auto":
         # a fixed seed: the same model and settings give the same m and λ in every run
         setup_rng = np.random.default_rng(0)
-        thetas = laplace_draws(setup_rng, center, precision, 20)
+        thetas = (laplace_draws(setup_rng, center, precision, PILOT_POINTS) if log_posterior is None else
+                  plausible_laplace_draws(setup_rng, center, precision, PILOT_POINTS, log_posterior))
         # mean_d: the signed estimator's a; var_d: m (both estimators) and λ
         mean_d, var_d = differences(setup_rng, thetas)
     auto = subsample_size == "auto" and estimator == "perturbed"
@@ -199,10 +214,10 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     if auto:
         # at θ* and the Laplace draws around it, where the chain will be after warm-up
         points = np.vstack([center, thetas])
-        # at the floor, which exact rows cannot lower, the pass would only find rows of large
-        # error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or the end of
-        # a shorter warm-up) makes it at its own draws before any draw is kept
-        scored = subsample_size > minimum
+        # at or near the floor, which exact rows cannot lower, the pass would only find rows of
+        # large error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or the
+        # end of a shorter warm-up) makes it at its own draws before any draw is kept
+        scored = scores_at_setup(n, subsample_size, minimum, len(points))
         if scored:
             exact, subsample_size = choose_exact_and_size(n, points, subsample_size, differences, deviations,
                                                           target_variance, minimum)
@@ -211,6 +226,21 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     design = with_size(Design(estimator, n, 0, 0, num_blocks, [], exact, target_variance, scored,
                               minimum if auto else None, points), subsample_size)
     return with_block_poisson(design, mean_d, var_d) if estimator == "signed" else design
+
+
+def scores_at_setup(n, m, minimum, n_points) -> bool:
+    """Whether the set-up makes the pass over all N rows that picks the rows computed exactly
+    (:func:`choose_exact_and_size`), or leaves it to the chain's first re-choice of m after
+    ``SIZE_RETUNE_AT[0]`` warm-up draws, which makes one at the chain's own draws in any case.
+
+    Made where the pilot's m is above the floor and the pass, ``n_points`` evaluations of each of
+    the N rows, costs more than what the draws before that re-choice spend on the m − floor rows
+    beyond the floor: ``SIZE_RETUNE_AT[0]`` · :data:`EARLY_STEPS_PER_DRAW` ·
+    :data:`STEP_ROW_COST` · (m − floor) row evaluations. Where m is far above the floor (rows of
+    small groups, which the exact rows replace), the pass is the cheaper.
+    """
+    extra = m - minimum
+    return extra > 0 and SIZE_RETUNE_AT[0] * EARLY_STEPS_PER_DRAW * STEP_ROW_COST * extra > n_points * n
 
 
 def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_variance, minimum, keep=None):

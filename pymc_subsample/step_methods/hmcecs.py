@@ -182,7 +182,8 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         self.potential, self.design = SubsampledPotential(self.target, estimator), None
         self._setup_design = ecs_tuning.init(estimator, self.tall.n_rows, subsample_size, num_blocks,
                                              self.target_variance, self.proxy.center, precision,
-                                             self._differences, self._deviations)
+                                             self._differences, self._deviations,
+                                             self.target.proxy_log_posterior)
         self._use(self._setup_design)
         curved = self.target.glm is not None and self.target.glm.phi is not None
         self.mass_matrix, metric, window = choose_metric(mass_matrix, curved, self.tall.ndim,
