@@ -270,3 +270,44 @@ def test_centre_with_crossed_effects_bounds_each_expansion_step(monkeypatch):
 
     tall = pms.TallModel(build("crossed_effects", 200_000))
     _assert_centre_by_expansions(tall, monkeypatch, warm_rows=20_000, max_passes=6, mode_from_centre=True)
+
+
+def test_a_subset_map_beyond_its_budget_leaves_the_steps_in_phi_to_start_at_the_initial_point(monkeypatch):
+    """Crossed effects, curved in θ along both factors' σ z: L-BFGS needs hundreds of evaluations for
+    the subset MAP, so it stops at SUBSET_MAP_MIN_EVALUATIONS and the expansions in φ start from the
+    initial point, reaching the tolerance with no full-data L-BFGS; the non-centred model's subset
+    MAP converges within it and starts them."""
+    from zoo import build
+
+    import pymc_subsample.control_variates.center as center
+
+    subset_runs, starts = [], []
+    real_map, real_steps = center.find_map_theta, center.expansion_steps
+
+    def find_map_spy(*args, **kwargs):
+        theta, result = real_map(*args, **kwargs)
+        if kwargs.get("rows") is not None:
+            subset_runs.append(result)
+        return theta, result
+
+    def steps_spy(tall, coordinates, start, *args, **kwargs):
+        starts.append(np.array(start))
+        return real_steps(tall, coordinates, start, *args, **kwargs)
+
+    monkeypatch.setattr(center, "find_map_theta", find_map_spy)
+    monkeypatch.setattr(center, "expansion_steps", steps_spy)
+    crossed = pms.TallModel(build("crossed_effects", 100_000))
+    theta = center.find_center(crossed)
+    (run,) = subset_runs
+    assert not run.success and run.nfev < 2 * center.SUBSET_MAP_MIN_EVALUATIONS
+    np.testing.assert_array_equal(starts[0], crossed.initial_theta)
+    monkeypatch.setattr(center, "find_map_theta", real_map)
+    assert _distance_in_sds(crossed, theta, theta) < center.CENTER_TOLERANCE
+
+    monkeypatch.setattr(center, "find_map_theta", find_map_spy)
+    subset_runs.clear(), starts.clear()
+    noncentred = pms.TallModel(build("hierarchical_noncentred", 100_000))
+    center.find_center(noncentred)
+    (run,) = subset_runs
+    assert run.success and run.nfev <= center.SUBSET_MAP_MIN_EVALUATIONS
+    np.testing.assert_array_equal(starts[0], run.x)
