@@ -311,3 +311,19 @@ def test_a_subset_map_beyond_its_budget_leaves_the_steps_in_phi_to_start_at_the_
     (run,) = subset_runs
     assert run.success and run.nfev <= center.SUBSET_MAP_MIN_EVALUATIONS
     np.testing.assert_array_equal(starts[0], run.x)
+
+
+def test_an_expansions_maximisation_stops_where_it_stalls_far_from_the_mode():
+    """Stalled: the last STALL_WINDOW iterations gained under STALL_FRACTION of a gain of at least
+    STALL_MIN_GAIN. A small gain (near the mode, where the gain measures the distance to it) never
+    stalls, and a stalled maximum counts as damped: not the expansion's own, never the centre."""
+    from pymc_subsample.control_variates import expansion
+
+    window, fraction = expansion.STALL_WINDOW, expansion.STALL_FRACTION
+    far = [1000.0, 10.0] + [10.0 - k * 1e-4 for k in range(1, window + 1)]  # gain ≈ 990, the window's 1e-3
+    assert expansion._stalled(far)
+    moving = [1000.0, 100.0] + [100.0 - 9 * k for k in range(1, window + 1)]  # the window gained 90
+    assert 90 > fraction * 990 and not expansion._stalled(moving)
+    near = [0.5] + [0.5 - 1e-3 - k * 1e-9 for k in range(window + 1)]  # gain < STALL_MIN_GAIN
+    assert not expansion._stalled(near)
+    assert not expansion._stalled(far[:window])  # too few iterations to tell
