@@ -141,6 +141,22 @@ def test_group_effects_set_up_takes_gradients_from_eta_jacobian_without_a_revers
     assert view._vjp_function is None
 
 
+def test_a_deterministic_over_the_rows_is_named_with_its_remedy():
+    """μ = Xβ as a Deterministic: PyMC computes it from all N rows at every draw (measured at 10⁵
+    rows: 11.2 s for HMCECS's 500 + 500 draws, 1.4 s with var_names=["beta"]). The warning names it,
+    says what to do and points at the user's line; a Deterministic of the parameters alone (the
+    non-centred a = μ + τz) is not one."""
+    with build("deterministic_potential", N), pytest.warns(UserWarning, match="Deterministic 'mu'") as caught:
+        pms.HMCECS(rng=0, progressbar=False)
+    (message,) = [w for w in caught if "Deterministic" in str(w.message)]
+    assert "var_names" in str(message.message) and "pm.compute_deterministics" in str(message.message)
+    assert message.filename == __file__
+    with build("hierarchical_noncentred", N), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pms.HMCECS(rng=0, progressbar=False)
+    assert not [w for w in caught if "Deterministic" in str(w.message)]
+
+
 @pytest.mark.parametrize("step_class", [pms.HMCECS, pms.SubsampleMH])
 def test_potential_is_honoured_and_deterministic_recorded(step_class):
     model = build("deterministic_potential", N)

@@ -15,14 +15,15 @@ import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import clone_replace
-from pytensor.graph.traversal import applys_between, graph_inputs
+from pytensor.graph.traversal import ancestors, applys_between, graph_inputs
 from pytensor.tensor.shape import SpecifyShape, specify_shape
 
 from pymc_subsample.model.op_patterns import inline_symbolic_ops
 from pymc_subsample.model.streamed import StreamedRows, streamed_variables
 
 __all__ = [
-    "RowLeaf", "find_row_leaves", "find_size_constants", "leaves_with_rows_off_axis", "substitute_rows",
+    "RowLeaf", "deterministics_over_rows", "find_row_leaves", "find_size_constants",
+    "leaves_with_rows_off_axis", "substitute_rows",
 ]
 
 
@@ -232,3 +233,14 @@ def _relax_row_shape_checks(outputs, n_rows):
     if not replace:
         return outputs
     return clone_replace(list(outputs), replace, rebuild_strict=False)
+
+
+def deterministics_over_rows(model, leaves) -> list[str]:
+    """The names of ``model``'s Deterministics computed from the in-memory row data of ``leaves``.
+
+    PyMC evaluates every Deterministic of the trace on all its inputs at every draw, whatever the
+    step method: one over the rows is a full pass per draw (a ``pms.Data`` one cannot be evaluated
+    at all, and says so itself).
+    """
+    rows = {leaf.variable for leaf in leaves if not leaf.streamed}
+    return [det.name for det in model.deterministics if any(var in rows for var in ancestors([det]))]
