@@ -216,6 +216,10 @@ def test_the_setup_pass_is_made_where_it_costs_less_than_the_early_draws():
     assert not ecs_tuning.scores_at_setup(n, floor, floor, points)
     assert not ecs_tuning.scores_at_setup(n, int(break_even) - 1, floor, points)
     assert ecs_tuning.scores_at_setup(n, int(break_even) + 1, floor, points)
+    # a curved posterior's early draws take ~25 times the steps: the pass pays far sooner
+    curved = ecs_tuning.CURVED_EARLY_STEPS_PER_DRAW
+    assert ecs_tuning.scores_at_setup(n, int(break_even) - 1, floor, points, curved)
+    assert not ecs_tuning.scores_at_setup(n, floor + 1000, floor, points, curved)
     calls = []
 
     def deviations(thetas, means, candidates):

@@ -73,11 +73,15 @@ DEFAULT_SUBSAMPLE_SIZE = 1000
 # (≥ 3 passes over m rows), more than full-data NUTS's one pass once m ≥ N/4
 #: "auto" warns when the rows per estimate reach N / AUTO_TOO_LARGE
 AUTO_TOO_LARGE = 4
-# measured at 10⁶ rows (non-centred zoo model, d = 23): the pass 23 ns a row and point (0.48 s at
-# 21 points, a third of a warm set-up), a leapfrog step's estimate 35 ns a row; warm-up draws took
-# 3-15 leapfrog steps
-#: leapfrog steps of an early warm-up draw, for :func:`scores_at_setup`
+# measured: the pass 23 ns a row and point (non-centred zoo model at 10⁶ rows: 0.48 s at 21 points,
+# a third of its warm set-up), a leapfrog step's estimate 35 ns a row; the first 50 warm-up draws
+# took 5-8 leapfrog steps each on logistic regression, 116-212 on the non-centred model and
+# 208-250 on crossed effects (10⁵ rows)
+#: leapfrog steps of an early warm-up draw, for :func:`scores_at_setup`: where the rows are affine
+#: in θ ...
 EARLY_STEPS_PER_DRAW = 8
+#: ... and where the posterior is curved in θ (rows affine in a non-linear φ(θ))
+CURVED_EARLY_STEPS_PER_DRAW = 200
 #: a leapfrog step's cost per row of its subsample, in row evaluations of the set-up's pass
 STEP_ROW_COST = 1.5
 #: the set-up pilot's points around θ* (with θ* itself, the set-up's points)
@@ -172,7 +176,7 @@ def with_block_poisson(design: Design, mean_d, var_d) -> Design:
 
 
 def init(estimator, n, subsample_size, num_blocks, target_variance, center, precision, differences,
-         deviations, log_posterior=None) -> Design:
+         deviations, log_posterior=None, early_steps=EARLY_STEPS_PER_DRAW) -> Design:
     """The set-up's design.
 
     Parameters
@@ -193,6 +197,8 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     log_posterior : callable, optional
         θ ↦ a log posterior that reads no row (the proxy's): the pilot's points are then the Laplace
         draws where it is plausible (:func:`~pymc_subsample.kernels.tuning.plausible_laplace_draws`).
+    early_steps : int
+        Leapfrog steps of an early warm-up draw (:func:`scores_at_setup`).
     """
     minimum = 10
     if subsample_size is None:
@@ -217,7 +223,7 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
         # at or near the floor, which exact rows cannot lower, the pass would only find rows of
         # large error that the pilot's 2,000 missed: the chain's re-tuning (SIZE_RETUNE_AT, or the
         # end of a shorter warm-up) makes it at its own draws before any draw is kept
-        scored = scores_at_setup(n, subsample_size, minimum, len(points))
+        scored = scores_at_setup(n, subsample_size, minimum, len(points), early_steps)
         if scored:
             exact, subsample_size = choose_exact_and_size(n, points, subsample_size, differences, deviations,
                                                           target_variance, minimum)
@@ -228,19 +234,19 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     return with_block_poisson(design, mean_d, var_d) if estimator == "signed" else design
 
 
-def scores_at_setup(n, m, minimum, n_points) -> bool:
+def scores_at_setup(n, m, minimum, n_points, early_steps=EARLY_STEPS_PER_DRAW) -> bool:
     """Whether the set-up makes the pass over all N rows that picks the rows computed exactly
     (:func:`choose_exact_and_size`), or leaves it to the chain's first re-choice of m after
     ``SIZE_RETUNE_AT[0]`` warm-up draws, which makes one at the chain's own draws in any case.
 
     Made where the pilot's m is above the floor and the pass, ``n_points`` evaluations of each of
     the N rows, costs more than what the draws before that re-choice spend on the m − floor rows
-    beyond the floor: ``SIZE_RETUNE_AT[0]`` · :data:`EARLY_STEPS_PER_DRAW` ·
+    beyond the floor: ``SIZE_RETUNE_AT[0]`` · ``early_steps`` ·
     :data:`STEP_ROW_COST` · (m − floor) row evaluations. Where m is far above the floor (rows of
     small groups, which the exact rows replace), the pass is the cheaper.
     """
     extra = m - minimum
-    return extra > 0 and SIZE_RETUNE_AT[0] * EARLY_STEPS_PER_DRAW * STEP_ROW_COST * extra > n_points * n
+    return extra > 0 and SIZE_RETUNE_AT[0] * early_steps * STEP_ROW_COST * extra > n_points * n
 
 
 def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_variance, minimum, keep=None):

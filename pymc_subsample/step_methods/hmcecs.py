@@ -180,12 +180,13 @@ class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
         precision = self.target.laplace_precision()
         self._laplace_chol = np.linalg.cholesky(np.linalg.inv(precision))
         self.potential, self.design = SubsampledPotential(self.target, estimator), None
+        curved = self.target.glm is not None and self.target.glm.phi is not None
+        early_steps = ecs_tuning.CURVED_EARLY_STEPS_PER_DRAW if curved else ecs_tuning.EARLY_STEPS_PER_DRAW
         self._setup_design = ecs_tuning.init(estimator, self.tall.n_rows, subsample_size, num_blocks,
                                              self.target_variance, self.proxy.center, precision,
                                              self._differences, self._deviations,
-                                             self.target.proxy_log_posterior)
+                                             self.target.proxy_log_posterior, early_steps)
         self._use(self._setup_design)
-        curved = self.target.glm is not None and self.target.glm.phi is not None
         self.mass_matrix, metric, window = choose_metric(mass_matrix, curved, self.tall.ndim,
                                                          "potential" in kwargs)
         if target_accept is None:
