@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "block_poisson_log_abs",
     "block_poisson_sign",
+    "block_poisson_spread_and_sign",
     "difference_parts",
     "difference_estimator",
     "perturbed_loglik",
@@ -98,3 +99,12 @@ def block_poisson_sign(d_hat, a) -> int:
     d_hat = np.asarray(d_hat, dtype=float)
     sign = int(np.prod(np.sign(d_hat - a))) if d_hat.size else 1
     return sign if sign != 0 else 1  # a factor exactly zero has measure zero
+
+
+def block_poisson_spread_and_sign(d, n, m, a) -> tuple[float, int]:
+    """(σ² of one mini-batch's d̂ from the pooled rows, n² Var(d)/m; the estimate's sign) from the
+    differences ``d`` of B mini-batches of ``m`` rows in order (eq. 5.1's d̂_b = (n/m) Σ_{i∈b} d_i).
+    """
+    d = np.asarray(d)
+    d_hat = (n / m) * d.reshape(-1, m).sum(axis=1)
+    return n * n * float(np.var(d)) / m, block_poisson_sign(d_hat, a)

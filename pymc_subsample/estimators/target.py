@@ -172,8 +172,11 @@ class SubsampledTarget:
     def _inputs(self, at_center, *extra):
         return [self.tall.theta, *extra, *self.tall.batch_inputs, *at_center, *self._sum_q()[1]]
 
+    def _theta(self, theta):
+        return np.asarray(theta, dtype=self.tall.theta.dtype)
+
     def _args(self, theta, batch, *extra):
-        return (np.asarray(theta, dtype=self.tall.theta.dtype), *self.arguments(batch, *extra))
+        return (self._theta(theta), *self.arguments(batch, *extra))
 
     def arguments(self, batch, *extra) -> tuple:
         """The arguments after θ of a compiled function of this target (:meth:`perturbed_function`,
@@ -326,14 +329,18 @@ class SubsampledTarget:
         batch (Σ r d, Σ r d², Σ d − Σ r d): one fused pass over d whose gradient is elementwise in d.
         Slices d[:n_exact] and d[n_exact:] would make the gradient scatter into d, a larger graph.
         """
-        fn = self.perturbed_function()
+        arguments = self.perturbed_arguments(batch, n_exact, n_rest)
+        value, grad, sigma2 = self.perturbed_function()(self._theta(theta), *arguments)
+        value, grad = self.add_sum_q(theta, value, grad)
+        return value, grad, float(sigma2)
+
+    def perturbed_arguments(self, batch, n_exact, n_rest) -> tuple:
+        """The arguments after θ of :meth:`perturbed_function` on ``batch`` (:meth:`perturbed_with_exact`)."""
         rows = batch_length(batch)
         subsampled = np.ones(rows)
         subsampled[:n_exact] = 0.0
         extra = (np.asarray(n_rest, dtype="float64"), np.asarray(rows - n_exact, dtype="float64"), subsampled)
-        value, grad, sigma2 = fn(*self._args(theta, batch, *extra))
-        value, grad = self.add_sum_q(theta, value, grad)
-        return value, grad, float(sigma2)
+        return self.arguments(batch, *extra)
 
     def difference_gradient(self, theta, batch):
         """∇ log p(θ) + ∇ℓ̂ = ∇log p + ∇Σq + (N/m) Σ_i (∇ℓ_i − ∇q_i) (Dang et al. 2019 eq. 4.7)."""
@@ -390,13 +397,16 @@ class SubsampledTarget:
 
         ``batch`` holds B·m rows, B ≥ 1 mini-batches of ``batch_size`` rows each, in order.
         """
-        fn = self.signed_function()
-        scalars = (np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float),
-                   np.asarray(lam, dtype=float))
-        args = self._args(theta, batch, *scalars)
-        value, grad, d = fn(*args)
+        arguments = self.signed_arguments(batch, batch_size, a, lam)
+        value, grad, d = self.signed_function()(self._theta(theta), *arguments)
         value, grad = self.add_sum_q(theta, value, grad)
         return value, grad, d
+
+    def signed_arguments(self, batch, batch_size, a, lam) -> tuple:
+        """The arguments after θ of :meth:`signed_function` on ``batch`` (:meth:`signed`)."""
+        scalars = (np.asarray(batch_size, dtype="int64"), np.asarray(a, dtype=float),
+                   np.asarray(lam, dtype=float))
+        return self.arguments(batch, *scalars)
 
     # ------------------------------------------------------------------ set-up
     def laplace_precision(self) -> np.ndarray:

@@ -190,8 +190,8 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     target_variance : float
         Target of σ̂² (eq. 4.3) or of Var log|L̂| (eq. 5.1).
     center, precision : arrays
-        θ* and the Laplace precision there: the pilot's PILOT_POINTS points are drawn from N(θ*, precision⁻¹),
-        where the chain will be after warm-up.
+        θ* and the Laplace precision there: the pilot's :data:`PILOT_POINTS` points are drawn from
+        N(θ*, precision⁻¹), where the chain will be after warm-up.
     differences, deviations : callable
         The functions over the rows (module docstring).
     log_posterior : callable, optional

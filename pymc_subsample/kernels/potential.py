@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_subsample.estimators.loglik import block_poisson_sign
+from pymc_subsample.estimators.loglik import block_poisson_spread_and_sign
 from pymc_subsample.subsample.batch import Subsample
 
 __all__ = ["Estimate", "SignedSubsample", "SubsampledPotential"]
@@ -112,11 +112,8 @@ class SubsampledPotential:
             sum_q, sum_q_grad = target.proxy.sum_value_and_grad(theta)
             return Estimate(float(prior) + sum_q + self.a + self.lam, prior_grad + sum_q_grad, 0.0, 1)
         m = sub.batch_size
-        n = target.n_rows
         value, grad, d = target.signed(theta, sub.rows.batch, m, self.a, self.lam)
-        d_hat = (n / m) * d.reshape(-1, m).sum(axis=1)
-        var = n**2 * float(np.var(d)) / m  # σ² of one mini-batch's d̂, from the pooled rows
-        return Estimate(value, grad, var, block_poisson_sign(d_hat, self.a))
+        return Estimate(value, grad, *block_poisson_spread_and_sign(d, target.n_rows, m, self.a))
 
     def logp_dlogp(self, q):
         """(logp, dlogp) at the raveled q in ``dtype``, as a leapfrog integrator takes them; an

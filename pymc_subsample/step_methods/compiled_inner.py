@@ -29,7 +29,7 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
-from pymc_subsample.estimators.loglik import block_poisson_sign
+from pymc_subsample.estimators.loglik import block_poisson_spread_and_sign
 from pymc_subsample.kernels.compiled_hmc import ecs_iteration
 from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
 from pymc_subsample.model.compile import numba_callable
@@ -287,20 +287,17 @@ class TargetEstimate:
         target, self.step, self.subsample = step.target, step, subsample
         self.target, self.signed = target, step.estimator == "signed"
         self.rows = len(batch[0]) if batch else 0
+        self.args = None
         if self.signed:
             design = step.design
             self.m, self.a = design.m, float(design.a)
             self.function = target.signed_function()
-            extra = (np.asarray(design.m, dtype="int64"), np.asarray(design.a, dtype=float),
-                     np.asarray(design.lam, dtype=float))
+            if self.rows:
+                self.args = target.signed_arguments(batch, design.m, design.a, design.lam)
         else:
-            n_exact = step.potential.n_exact
-            subsampled = np.ones(self.rows)
-            subsampled[:n_exact] = 0.0
             self.function = target.perturbed_function()
-            extra = (np.asarray(step.potential.n_rest, dtype="float64"),
-                     np.asarray(self.rows - n_exact, dtype="float64"), subsampled)
-        self.args = target.arguments(batch, *extra) if self.rows else None
+            if self.rows:
+                self.args = target.perturbed_arguments(batch, step.potential.n_exact, step.potential.n_rest)
 
     def __call__(self, theta):
         if self.rows == 0:  # no mini-batch drawn (signed): the potential's own special case
@@ -310,10 +307,8 @@ class TargetEstimate:
         value, grad = self.target.add_sum_q(theta, value, grad)
         if not self.signed:
             return value, grad, np.array([float(third)])
-        n = self.target.n_rows
-        d_hat = (n / self.m) * third.reshape(-1, self.m).sum(axis=1)
-        variance = n * n * float(np.var(third)) / self.m
-        return value, grad, np.array([variance, float(block_poisson_sign(d_hat, self.a))])
+        variance, sign = block_poisson_spread_and_sign(third, self.target.n_rows, self.m, self.a)
+        return value, grad, np.array([variance, float(sign)])
 
 
 class _Estimate(NamedTuple):
