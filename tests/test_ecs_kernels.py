@@ -163,8 +163,9 @@ def test_retune_follows_the_warm_up_schedule():
         design, info = ecs_tuning.retune(design, thetas, [], differences, deviations)
         info_at[count] = info
         thetas.append(np.zeros(2))
-    # at draws 50 and 150, each at the last 25 draws: the size's pilot, then the exact rows' pilot
-    assert calls == [25, 25, 25, 25]
+    # at draws 50 and 150: the size's pilot at the last 25 draws, then the exact rows' pilot at the
+    # points of the pass (SCORE_POINTS of them)
+    assert calls == [25, 5, 25, 5]
     assert [c for c, i in info_at.items() if i.last_size_choice] == [150]
 
     signed = _init("signed", 10_000, 50, differences, _refused)
@@ -191,9 +192,18 @@ def test_a_short_warm_up_scores_the_rows_at_its_end():
     for thetas in ([], [np.zeros(2)] * 20):
         end, info = ecs_tuning.retune(design, thetas, [], differences, deviations, final=True)
         assert end.scored and not info.last_size_choice
-    assert passes == [21, 20]  # the set-up's points without warm-up draws, else the chain's
+    assert passes == [5, 5]  # of the set-up's points without warm-up draws, else of the chain's
     again, _ = ecs_tuning.retune(end, [], [], differences, deviations, final=True)
-    assert again is end and passes == [21, 20]  # scored once
+    assert again is end and passes == [5, 5]  # scored once
+
+
+def test_the_pass_scores_evenly_spaced_latest_points():
+    warm_up = np.arange(25.0)[:, None]  # 25 consecutive draws: the latest, then every fifth back
+    assert ecs_tuning.scoring_points(warm_up).ravel().tolist() == [4.0, 9.0, 14.0, 19.0, 24.0]
+    setup = np.arange(21.0)[:, None]  # θ* (0) and 20 Laplace draws: not θ*, where every d_k is zero
+    assert ecs_tuning.scoring_points(setup).ravel().tolist() == [4.0, 8.0, 12.0, 16.0, 20.0]
+    few = np.arange(3.0)[:, None]
+    assert ecs_tuning.scoring_points(few).ravel().tolist() == [0.0, 1.0, 2.0]
 
 
 def test_too_large():
@@ -208,18 +218,18 @@ def test_too_large():
 
 def test_the_setup_pass_is_made_where_it_costs_less_than_the_early_draws():
     """m a little above the floor: the first SIZE_RETUNE_AT[0] draws' extra rows cost less than a
-    pass over N rows at 21 points, which the chain's re-choice makes at its own draws anyway; far
-    above it (rows of small groups), the pass picks the exact rows at set-up."""
+    pass over N rows at SCORE_POINTS of the 21 set-up points, which the chain's re-choice makes at
+    its own draws anyway; far above it (rows of small groups), the pass picks the exact rows at set-up."""
     n, floor, points = 1_000_000, 1000, 21
     per_row = ecs_tuning.SIZE_RETUNE_AT[0] * ecs_tuning.EARLY_STEPS_PER_DRAW * ecs_tuning.STEP_ROW_COST
-    break_even = floor + points * n / per_row
+    break_even = floor + ecs_tuning.SCORE_POINTS * n / per_row
     assert not ecs_tuning.scores_at_setup(n, floor, floor, points)
     assert not ecs_tuning.scores_at_setup(n, int(break_even) - 1, floor, points)
     assert ecs_tuning.scores_at_setup(n, int(break_even) + 1, floor, points)
     # a curved posterior's early draws take ~25 times the steps: the pass pays far sooner
     curved = ecs_tuning.CURVED_EARLY_STEPS_PER_DRAW
     assert ecs_tuning.scores_at_setup(n, int(break_even) - 1, floor, points, curved)
-    assert not ecs_tuning.scores_at_setup(n, floor + 1000, floor, points, curved)
+    assert not ecs_tuning.scores_at_setup(n, floor + 100, floor, points, curved)
     calls = []
 
     def deviations(thetas, means, candidates):
@@ -229,7 +239,7 @@ def test_the_setup_pass_is_made_where_it_costs_less_than_the_early_draws():
     near = _init("perturbed", n, None, _constant_differences(1.5 * floor / n**2), deviations)
     assert 1000 < near.m <= 1501 and not near.scored and calls == []
     far = _init("perturbed", n, None, _constant_differences(1e5 / n**2), deviations)
-    assert far.scored and calls == [points]
+    assert far.scored and calls == [ecs_tuning.SCORE_POINTS]
 
 
 def test_pilot_points_are_laplace_draws_where_the_posterior_has_mass():

@@ -43,6 +43,7 @@ __all__ = [
     "negative_signs_message",
     "retune",
     "scores_at_setup",
+    "scoring_points",
     "too_large",
     "too_large_message",
     "with_block_poisson",
@@ -86,6 +87,13 @@ CURVED_EARLY_STEPS_PER_DRAW = 200
 STEP_ROW_COST = 1.5
 #: the set-up pilot's points around θ* (with θ* itself, the set-up's points)
 PILOT_POINTS = 20
+# measured at 10⁶ rows, 25 points: each of the warm-up's two passes took 2.4 s on the negative
+# binomial zoo model, 1.9 s on two_observed and StudentT, 0.5 s on Poisson (half or more of a
+# 500 + 500 draw run), and chose no exact row on any of them
+#: the points the pass over all N rows scores each row at, evenly spaced over the points it is given
+#: (consecutive warm-up draws, or the set-up's Laplace draws): a row whose proxy error spreads
+#: over the posterior stands out at a few of them
+SCORE_POINTS = 5
 #: pilot rows per point: σ̂² = (n²/m) Var(d) needs Var(d) to a few percent, not all N rows
 PILOT_ROWS = 2000
 #: the fraction of negative warm-up estimates (signed) above which the re-tuning reports them
@@ -239,14 +247,26 @@ def scores_at_setup(n, m, minimum, n_points, early_steps=EARLY_STEPS_PER_DRAW) -
     (:func:`choose_exact_and_size`), or leaves it to the chain's first re-choice of m after
     ``SIZE_RETUNE_AT[0]`` warm-up draws, which makes one at the chain's own draws in any case.
 
-    Made where the pilot's m is above the floor and the pass, ``n_points`` evaluations of each of
-    the N rows, costs more than what the draws before that re-choice spend on the m − floor rows
-    beyond the floor: ``SIZE_RETUNE_AT[0]`` · ``early_steps`` ·
-    :data:`STEP_ROW_COST` · (m − floor) row evaluations. Where m is far above the floor (rows of
-    small groups, which the exact rows replace), the pass is the cheaper.
+    Made where the pilot's m is above the floor and the pass, min(``n_points``,
+    :data:`SCORE_POINTS`) evaluations of each of the N rows (:func:`scoring_points`), costs more
+    than what the draws before that re-choice spend on the m − floor rows beyond the floor:
+    ``SIZE_RETUNE_AT[0]`` · ``early_steps`` · :data:`STEP_ROW_COST` · (m − floor) row evaluations.
+    Where m is far above the floor (rows of small groups, which the exact rows replace), the pass
+    is the cheaper.
     """
     extra = m - minimum
-    return extra > 0 and SIZE_RETUNE_AT[0] * early_steps * STEP_ROW_COST * extra > n_points * n
+    scored = min(n_points, SCORE_POINTS)
+    return extra > 0 and SIZE_RETUNE_AT[0] * early_steps * STEP_ROW_COST * extra > scored * n
+
+
+def scoring_points(thetas):
+    """At most :data:`SCORE_POINTS` of ``thetas``, evenly spaced from the last one back (where the
+    points are consecutive draws, the latest). The set-up's first point, θ*, where every row's proxy
+    error is zero, is among them only where there are at most :data:`SCORE_POINTS` points.
+    """
+    thetas = np.asarray(thetas)
+    step = max(1, len(thetas) // SCORE_POINTS)
+    return thetas[::-1][::step][:SCORE_POINTS][::-1]
 
 
 def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_variance, minimum, keep=None):
@@ -275,6 +295,7 @@ def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_
     # measured on crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace
     # draws with 206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled
     rng = np.random.default_rng(len(thetas))  # its own stream: the pilot's draws stay as they were
+    thetas = scoring_points(thetas)
     mean_d, _ = differences(rng, thetas)
     rows, squares, totals = deviations(thetas, mean_d, max(1, min(n // 4, MAX_EXACT_CANDIDATES)))
     if keep is not None and keep.size:
