@@ -58,6 +58,23 @@ def test_a_numpy_function_computes_softplus_and_trigamma_over_whole_arrays():
     assert compile_numpy([x], [pt.log1mexp(-pt.exp(x))]) is None
 
 
+def test_trigamma_over_arrays_agrees_with_scipy():
+    """The array trigamma of the set-up's passes against SciPy's polygamma(1, x): positive values
+    from 10⁻⁶ to 10⁸ (both sides of the asymptotic series' threshold), negative ones between the
+    poles, the poles, NaN and ∞, float32 input."""
+    import scipy.special
+
+    from pymc_subsample.model.compile import TRIGAMMA_ASYMPTOTIC, trigamma
+
+    x = np.concatenate([np.geomspace(1e-6, 1e8, 20_001), np.linspace(0.01, 2 * TRIGAMMA_ASYMPTOTIC, 20_001),
+                        -np.linspace(0.013, 7.7, 1001)])
+    np.testing.assert_allclose(trigamma(x), scipy.special.polygamma(1, x), rtol=5e-12)
+    special = np.array([0.0, -1.0, -3.0, np.nan, np.inf])
+    np.testing.assert_array_equal(trigamma(special), scipy.special.polygamma(1, special))
+    single = np.linspace(0.5, 30, 7, dtype=np.float32)
+    np.testing.assert_allclose(trigamma(single), scipy.special.polygamma(1, single.astype(float)), rtol=1e-12)
+
+
 def test_a_mode_chosen_for_a_block_is_used_there_and_nowhere_else():
     x, y = _graph()
     values = np.linspace(-3, 3, 7)

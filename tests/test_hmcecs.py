@@ -267,6 +267,32 @@ def test_rows_computed_exactly_are_chosen_over_all_rows_before_a_draw_is_kept(sm
     assert len(passes) == 1
 
 
+def test_a_pass_over_the_rows_reads_their_terms_kept_at_the_centre(monkeypatch):
+    """Once a draw has kept the rows' terms at θ* for all N rows, the warm-up's pass that scores the
+    rows reads them instead of computing them chunk by chunk (a negative binomial's trigamma), with
+    the same scores; before, it computes them and keeps nothing."""
+    from zoo import negative_binomial
+
+    from pymc_subsample.kernels.tuning import difference_deviations
+
+    with negative_binomial(5000):
+        step = pms.HMCECS(rng=0, progressbar=False)
+    target = step.target
+    thetas, means = np.asarray(step.design.setup_points)[1:6], np.zeros(5)
+    made = difference_deviations(target, thetas, means, 1000, 50)
+    assert not target.terms_kept()
+    target.center_args(step._draw_subsample().batch)  # a draw's batch keeps them
+    assert target.terms_kept()
+    computed = []
+    row_terms = target.glm.row_terms
+    monkeypatch.setattr(target.glm, "row_terms", lambda *args: computed.append(1) or row_terms(*args))
+    read = difference_deviations(target, thetas, means, 1000, 50)
+    assert computed == []
+    np.testing.assert_array_equal(read[0], made[0])
+    for a, b in zip(read[1:], made[1:], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())  # squares of ~10⁻⁴
+
+
 def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logistic, monkeypatch):
     # the stat is σ̂² at θ^(j-1) with the subsample kept by the u-update,
     # the proposed one when accepted and the old one when rejected, never a previous θ's value

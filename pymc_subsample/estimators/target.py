@@ -221,6 +221,13 @@ class SubsampledTarget:
         self._batch_terms = (batch, terms)
         return terms
 
+    def terms_kept(self) -> bool:
+        """Whether the rows' terms at θ* are kept for all N rows already (:meth:`_kept_terms`): a pass
+        over the rows then reads them, by batches that know their rows, instead of computing them
+        chunk by chunk (a negative binomial's trigamma at every row), and never computes them itself.
+        """
+        return self.__dict__.get("_kept_terms") is not None
+
     @functools.cached_property
     def _kept_terms(self):
         """The rows' terms at θ* of all N rows (one pass, in chunks through NumPy), or None.

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import numpy as np
 from scipy import stats
 
+from pymc_subsample.subsample.batch import Batch
+
 __all__ = [
     "choose_block_poisson",
     "choose_exact_rows",
@@ -167,6 +169,8 @@ def difference_deviations(target, thetas, means, chunk_size, candidates, progres
     with progress(len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
+            if target.terms_kept():  # the rows' terms at θ* read, not made again (a sampler's pass)
+                batch = Batch(batch, rows=np.arange(start, start + len(batch[0])))
             # every θ on one chunk at once: the chunk is read once, its rows' terms at θ* made once
             squares = ((target.differences_at_thetas(thetas, batch) - means) ** 2).T
             totals += squares.sum(axis=0)
