@@ -2,6 +2,7 @@
 (Dang et al. 2019 eq. 3.5) on a toy with a known stationary law, and the estimator's design (§3.1,
 eqs. 4.3 and 5.1) on given variances."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -164,7 +165,7 @@ def test_retune_follows_the_warm_up_schedule():
         info_at[count] = info
         thetas.append(np.zeros(2))
     # at draws 50 and 150: the size's pilot at the last 25 draws, then the exact rows' pilot at the
-    # points of the pass (SCORE_POINTS of them)
+    # points of the pass (SCORE_POINTS of them); at 150 the pass again, the design's σ² near the target
     assert calls == [25, 5, 25, 5]
     assert [c for c, i in info_at.items() if i.last_size_choice] == [150]
 
@@ -177,6 +178,39 @@ def test_retune_follows_the_warm_up_schedule():
         signs.append(-1 if count % 2 else 1)
     assert calls == [20, 20, 20]
     assert info_at[0].negative == 0.0 and ecs_tuning.negative_fraction(signs) == pytest.approx(13 / 25)
+
+
+def test_a_later_re_choice_makes_its_pass_where_the_rows_grew_harder():
+    """After the pass at draw 50, the one at draw 150 is made where the pilot at the chain's last
+    draws asks for more than the current m, or where σ² as that pass measured it (0.01 here), grown
+    as the pilot's Var(d) grew since, would exceed half the target; only there."""
+    n, first = 10_000, 1e-9  # m = n² Var(d) at the floor, 10; σ² = n² Var(d) / 10 = 0.01
+    for growth, passes_made in [(1, 1), (40, 1), (60, 2), (2000, 2)]:
+        variance, passes = [first], []
+
+        def differences(rng, thetas, variance=variance):
+            return np.zeros(len(thetas)), np.full(len(thetas), variance[0])
+
+        def deviations(thetas, means, candidates, passes=passes, variance=variance):
+            passes.append(1)  # every row's squared deviation as the pilot's Var(d), none larger
+            return (np.arange(candidates), np.full((candidates, len(thetas)), variance[0]),
+                    np.full(len(thetas), n * variance[0]))
+
+        design = _init("perturbed", n, "auto", differences, deviations)
+        passes.clear()
+        thetas = [np.zeros(2)] * 50
+        design, _ = ecs_tuning.retune(design, thetas, [], differences, deviations)
+        assert passes == [1] and design.m == 10
+        assert design.scored_at == pytest.approx((first, 0.01))
+        variance[0] = growth * first
+        design, info = ecs_tuning.retune(design, thetas * 3, [], differences, deviations)
+        assert len(passes) == passes_made and info.last_size_choice, growth
+    assert design.m == ecs_tuning.choose_subsample_size(n, [2000 * first], minimum=10)  # the pass's
+    # the same pilot, but an m below what it asks for (rows computed exactly that the pilot's rows
+    # include): the pass again, however small σ² was
+    smaller = dataclasses.replace(ecs_tuning.with_size(design, 100), scored_at=(2e-6, 1e-9))
+    ecs_tuning.retune(smaller, thetas * 3, [], differences, deviations)
+    assert len(passes) == 3
 
 
 def test_a_short_warm_up_scores_the_rows_at_its_end():

@@ -62,6 +62,13 @@ SIGNED_WINDOW = 20
 #: not be where the chain goes (a centre far from the mode, a posterior far from Gaussian)
 SIZE_RETUNE_AT = (50, 150)
 RETUNE_WINDOW = 25
+# measured at 10⁶ rows, zoo GLMs: the re-choice after 150 draws made a pass (0.2-0.35 s) that chose
+# the same design as the one after 50 on every model without group effects, whose σ² at m = 1000 was
+# 10⁻⁷-10⁻⁵ (the pilot's Var(d) at the later draws 1-20 times the earlier)
+#: a later re-choice makes its pass over all N rows only where the pilot at the chain's last draws
+#: asks for more than the current m, or σ² as the last pass measured it, scaled by the pilot's
+#: growth since, exceeds this fraction of the target (:func:`_still_within_target`)
+RECHOICE_FRACTION = 0.5
 #: at most this many rows (and a quarter of N) are candidates for the rows computed exactly in every
 #: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
 #: model that needs more exact rows than this needs full-data NUTS
@@ -134,6 +141,9 @@ class Design:
         The pilot's Var log|L̂| and P(L̂ < 0) at (λ, a).
     kappa : int
         Groups refreshed per iteration (signed): max(1, round(λ/G)), ρ ≈ 1 − κ/λ.
+    scored_at : (float, float) or None
+        Where a re-choice last made that pass at the chain's draws: the pilot's 90% quantile of
+        Var(d) there, and σ² of the chosen design over all N rows (None before the chain's first).
     """
 
     estimator: str
@@ -152,6 +162,7 @@ class Design:
     expected_loglik_var: float = np.nan
     prob_negative: float = np.nan
     kappa: int = 1
+    scored_at: tuple | None = None
 
     @property
     def n_rest(self) -> int:
@@ -233,8 +244,8 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
         # end of a shorter warm-up) makes it at its own draws before any draw is kept
         scored = scores_at_setup(n, subsample_size, minimum, len(points), early_steps)
         if scored:
-            exact, subsample_size = choose_exact_and_size(n, points, subsample_size, differences, deviations,
-                                                          target_variance, minimum)
+            exact, subsample_size, _ = choose_exact_and_size(n, points, subsample_size, differences,
+                                                             deviations, target_variance, minimum)
         # measured at 10⁶ rows, zoo GLMs: warm set-up 14-27 full-gradient passes with the pass
         # at set-up, 4-10 without (two benchmark rounds on one machine)
     design = with_size(Design(estimator, n, 0, 0, num_blocks, [], exact, target_variance, scored,
@@ -291,6 +302,9 @@ def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_
     exact : int array
         The rows computed exactly, sorted.
     m : int
+    variance : float
+        σ² of that design over all N rows (eq. 4.3 on the subsampled rows): the 90% quantile over
+        the points of n_R² V_R / m, from the pass's totals.
     """
     # measured on crossed effects with groups of 30-41,607 rows: σ² ≤ 1 at θ* and the Laplace
     # draws with 206 exact rows and m = 1000, against m ≈ 6,000 with every row subsampled
@@ -306,9 +320,21 @@ def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_
         rows = np.concatenate([rows[first], rows[~first]])
         e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum,
                                  at_least=int(first.sum()), extra=extra.size)
-        return np.union1d(rows[:e], keep), m  # extra ⊂ keep
+        exact = np.union1d(rows[:e], keep)  # extra ⊂ keep
+        return exact, m, _design_variance(n, squares[:e], totals, exact.size, m)
     e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum)
-    return (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
+    exact, m = (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
+    return exact, m, _design_variance(n, squares[:e], totals, e, m)
+
+
+def _design_variance(n, exact_squares, totals, n_exact, m) -> float:
+    """σ² = n_R² V_R / m (eq. 4.3) with the rows of ``exact_squares`` computed exactly, the 90% quantile
+    over the pass's points (the rows kept exact outside the candidates count as negligible, as in
+    :func:`choose_exact_rows`).
+    """
+    n_rest = max(n - n_exact, 1)
+    rest = np.clip(totals - exact_squares.sum(axis=0), 0.0, None)
+    return float(n_rest * np.quantile(rest, 0.9) / m)
 
 
 def retune(design: Design, thetas, signs, differences, deviations, *, final=False):
@@ -319,7 +345,9 @@ def retune(design: Design, thetas, signs, differences, deviations, *, final=Fals
     ``RETUNE_WINDOW`` (the set-up's points before the chain has any); the signed one λ and a after
     ``SIGNED_RETUNE_AT`` draws, at the last ``SIGNED_WINDOW``: the set-up pilot uses Laplace draws
     around θ*, and where θ* is far from where the chain goes, a = D̄ − λ is wrong there and the
-    signs' predicted probability of being negative far too small.
+    signs' predicted probability of being negative far too small. A re-choice after one that made
+    its pass over all N rows at the chain's draws makes it again only where the chain's rows have
+    grown harder (:func:`_still_within_target`).
 
     Parameters
     ----------
@@ -347,11 +375,30 @@ def retune(design: Design, thetas, signs, differences, deviations, *, final=Fals
     recent = np.asarray(thetas[-RETUNE_WINDOW:]) if thetas else design.setup_points
     _, var_d = differences(rng, recent)
     m = choose_subsample_size(design.n, var_d, design.target_variance, minimum=design.minimum)
-    exact, m = choose_exact_and_size(design.n, recent, m, differences, deviations, design.target_variance,
-                                     design.minimum, keep=design.exact)
+    spread = float(np.quantile(np.atleast_1d(var_d), 0.9))
+    last = count == SIZE_RETUNE_AT[-1]
+    if m <= design.m and _still_within_target(design, spread):
+        return design, RetuneInfo(False, 0.0, last)
+    exact, m, variance = choose_exact_and_size(design.n, recent, m, differences, deviations,
+                                               design.target_variance, design.minimum, keep=design.exact)
     changed = m != design.m or not np.array_equal(exact, design.exact)
-    retuned = dataclasses.replace(with_size(design, m, exact) if changed else design, scored=True)
-    return retuned, RetuneInfo(changed, 0.0, count == SIZE_RETUNE_AT[-1])
+    scored_at = (spread, variance) if len(thetas) else None
+    retuned = dataclasses.replace(with_size(design, m, exact) if changed else design, scored=True,
+                                  scored_at=scored_at)
+    return retuned, RetuneInfo(changed, 0.0, last)
+
+
+def _still_within_target(design: Design, spread) -> bool:
+    """Whether σ² over all N rows, as the last pass at the chain's draws measured it, scaled by the
+    growth of the pilot's Var(d) since (``spread`` against the pilot's then), stays within
+    :data:`RECHOICE_FRACTION` of the target: the rows that pass found, or that no pilot holds, grow
+    with the others where the chain moves further from θ*.
+    """
+    if design.scored_at is None:
+        return False
+    then_spread, then_variance = design.scored_at
+    growth = spread / then_spread if then_spread > 0 else (1.0 if spread == 0 else np.inf)
+    return then_variance * growth <= RECHOICE_FRACTION * design.target_variance
 
 
 def negative_fraction(signs) -> float:
