@@ -266,8 +266,8 @@ def scores_at_setup(n, m, minimum, n_points, early_steps=EARLY_STEPS_PER_DRAW) -
     is the cheaper.
     """
     extra = m - minimum
-    scored = min(n_points, SCORE_POINTS)
-    return extra > 0 and SIZE_RETUNE_AT[0] * early_steps * STEP_ROW_COST * extra > scored * n
+    scored_points = min(n_points, SCORE_POINTS)
+    return extra > 0 and SIZE_RETUNE_AT[0] * early_steps * STEP_ROW_COST * extra > scored_points * n
 
 
 def scoring_points(thetas):
@@ -318,23 +318,12 @@ def choose_exact_and_size(n, thetas, m_uniform, differences, deviations, target_
         extra = np.setdiff1d(keep, rows)
         squares = np.concatenate([squares[first], squares[~first]])
         rows = np.concatenate([rows[first], rows[~first]])
-        e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum,
-                                 at_least=int(first.sum()), extra=extra.size)
-        exact = np.union1d(rows[:e], keep)  # extra ⊂ keep
-        return exact, m, _design_variance(n, squares[:e], totals, exact.size, m)
-    e, m = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum)
+        e, m, spread = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum,
+                                         at_least=int(first.sum()), extra=extra.size)
+        return np.union1d(rows[:e], keep), m, spread / m  # extra ⊂ keep
+    e, m, spread = choose_exact_rows(n, squares, totals, target_variance, minimum=minimum)
     exact, m = (np.sort(rows[:e]), m) if e else (rows[:0], m_uniform)
-    return exact, m, _design_variance(n, squares[:e], totals, e, m)
-
-
-def _design_variance(n, exact_squares, totals, n_exact, m) -> float:
-    """σ² = n_R² V_R / m (eq. 4.3) with the rows of ``exact_squares`` computed exactly, the 90% quantile
-    over the pass's points (the rows kept exact outside the candidates count as negligible, as in
-    :func:`choose_exact_rows`).
-    """
-    n_rest = max(n - n_exact, 1)
-    rest = np.clip(totals - exact_squares.sum(axis=0), 0.0, None)
-    return float(n_rest * np.quantile(rest, 0.9) / m)
+    return exact, m, spread / m
 
 
 def retune(design: Design, thetas, signs, differences, deviations, *, final=False):

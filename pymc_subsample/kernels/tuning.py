@@ -166,10 +166,11 @@ def difference_deviations(target, thetas, means, chunk_size, candidates, progres
     means = np.asarray(means)[:, None]
     starts = range(0, n, chunk_size)
     tall.full_passes += 1
+    kept = target.terms_kept()  # the rows' terms at θ* read, not made again (a sampler's pass)
     with progress(len(starts)) as advance:
         for start in starts:
             batch = tall.row_slice(start, start + chunk_size)
-            if target.terms_kept():  # the rows' terms at θ* read, not made again (a sampler's pass)
+            if kept:
                 batch = Batch(batch, rows=np.arange(start, start + len(batch[0])))
             # every θ on one chunk at once: the chunk is read once, its rows' terms at θ* made once
             squares = ((target.differences_at_thetas(thetas, batch) - means) ** 2).T
@@ -204,6 +205,8 @@ def choose_exact_rows(n, squares, totals, target=1.0, minimum=10, *, at_least=0,
         Rows computed exactly (the first e of the candidates).
     m : int
         Subsample size for the other n − e rows.
+    spread : float
+        n_R² V_R at that e (σ² at m = 1): the design's σ² is ``spread / m``.
     """
     cumulative = np.vstack([np.zeros((1, totals.size)), np.cumsum(squares, axis=0)])
     e = np.arange(cumulative.shape[0])
@@ -217,4 +220,4 @@ def choose_exact_rows(n, squares, totals, target=1.0, minimum=10, *, at_least=0,
     best = int(np.argmin(cost))
     if best > at_least:
         best = int(np.flatnonzero(cost <= 1.1 * cost[best])[-1])
-    return best, int(m[best])
+    return best, int(m[best]), float(n_rest[best] * n_rest[best] * var_rest[best])
