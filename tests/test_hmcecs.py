@@ -290,7 +290,7 @@ def test_a_pass_over_the_rows_reads_their_terms_kept_at_the_centre(monkeypatch):
     assert computed == []
     np.testing.assert_array_equal(read[0], made[0])
     for a, b in zip(read[1:], made[1:], strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())  # squares of ~10⁻⁴
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())  # d ~10⁻⁴: squares ~10⁻⁸
 
 
 def test_loglik_var_is_never_stale_after_a_rejected_subsample_update(small_logistic, monkeypatch):
