@@ -36,6 +36,7 @@ from pymc_subsample.control_variates.taylor import (
     make_proxy,
     truncate,
 )
+from pymc_subsample.estimators.eta_estimate import EtaPerturbedFunction, kept_affine_rows
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.analysis import directional_derivative
@@ -81,6 +82,7 @@ class SubsampledTarget:
         #: whether :meth:`laplace_precision` is the identity it falls back to (no Laplace precision)
         self.laplace_fallback = False
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
+        self._batch_affine = None  # (batch, its rows' η(0) and J): the last batch the η kernel saw
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
     @property
@@ -187,8 +189,9 @@ class SubsampledTarget:
     def __getstate__(self):
         # a chain's process computes the kept terms again (one pass) rather than receive up to
         # KEPT_TERMS_MAX_VALUES values through a pipe
-        state = dict(self.__dict__, _batch_terms=None)
-        state.pop("_kept_terms", None)
+        state = dict(self.__dict__, _batch_terms=None, _batch_affine=None)
+        for kept in ("_kept_terms", "_kept_affine", "_eta_perturbed"):
+            state.pop(kept, None)
         return state
 
     def center_args(self, batch, parent=None):
@@ -251,6 +254,50 @@ class SubsampledTarget:
         self.tall.full_passes += 1
         return kept
 
+    @functools.cached_property
+    def _eta_perturbed(self):
+        """The perturbed estimate with only f compiled from the model
+        (:class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`), where the rows are
+        affine in θ itself, their data in memory, and η's offsets and Jacobians of all N rows fit
+        :data:`~pymc_subsample.estimators.eta_estimate.KEPT_AFFINE_MAX_VALUES`; else None.
+        """
+        if self.glm is None or self.glm.phi is not None or self.proxy.sum_in_graph:
+            return None
+        if any(leaf.streamed for leaf in self.tall.leaves) or self._kept_affine is None:
+            return None
+        return EtaPerturbedFunction(self, self._kept_affine.constant)
+
+    @functools.cached_property
+    def _kept_affine(self):
+        """η_k(0) and J_k of all N rows (one pass through NumPy), or None where they are too many
+        (:func:`~pymc_subsample.estimators.eta_estimate.kept_affine_rows`).
+        """
+        kept = kept_affine_rows(self.glm, self.n_rows, self.tall.ndim, self.tall.row_slice,
+                                max(self._chunk_size, NUMPY_TERMS_MIN_ROWS))
+        if kept is not None:
+            self.tall.full_passes += 1
+        return kept
+
+    def _affine_rows(self, batch):
+        """η_k(0) and J_k of the rows of ``batch``
+        (:class:`~pymc_subsample.estimators.eta_estimate.AffineRows`): read from the kept ones by
+        the batch's row indices, or computed where it has none; kept for the last batch seen.
+        """
+        last = self._batch_affine
+        if last is not None and last[0] is batch:
+            return last[1]
+        rows = getattr(batch, "rows", None)
+        if rows is not None:
+            affine = self._kept_affine.rows(rows)
+        else:  # a batch without row indices: its own η(0) and J, the η_j constant over all rows as kept
+            offset, jacobian = self.glm.eta_offset_and_jacobian(batch)
+            varying = ~np.array(self._kept_affine.constant)
+            jacobian = np.moveaxis(jacobian, 1, 0)[varying]
+            affine = self._kept_affine._replace(offset=np.ascontiguousarray(offset.T[varying]),
+                                                jacobian=np.ascontiguousarray(jacobian))
+        self._batch_affine = (batch, affine)
+        return affine
+
     def _sum_q(self):
         """(Σ_k q_k(θ) as a graph or None, its inputs, their values): the proxy's
         :meth:`~pymc_subsample.control_variates.taylor.TaylorProxy.sum_graph` where it has one.
@@ -303,8 +350,11 @@ class SubsampledTarget:
     def perturbed_function(self):
         """The compiled function of :meth:`perturbed_with_exact`: (θ, n_R, m, r, batch, terms at θ*, Σq's
         values) ↦ (value without a Σq added in NumPy, gradient, σ̂²); its other arguments from
-        :meth:`arguments`.
+        :meth:`perturbed_arguments`. For rows affine in θ whose η's Jacobians are kept, an
+        :class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`, called alike.
         """
+        if self._eta_perturbed is not None:
+            return self._eta_perturbed
         # measured with slices: 51 more nodes and a second compiled estimator on crossed effects, 10⁵ rows
         def build(at_center):
             rest, m = pt.dscalar("n_rest"), pt.dscalar("m_rest")
@@ -343,6 +393,9 @@ class SubsampledTarget:
 
     def perturbed_arguments(self, batch, n_exact, n_rest) -> tuple:
         """The arguments after θ of :meth:`perturbed_function` on ``batch`` (:meth:`perturbed_with_exact`)."""
+        if self._eta_perturbed is not None:
+            return self._eta_perturbed.arguments(batch, self.center_args(batch), self._affine_rows(batch),
+                                                 n_exact, n_rest)
         rows = batch_length(batch)
         subsampled = np.ones(rows)
         subsampled[:n_exact] = 0.0

@@ -1,0 +1,115 @@
+"""The perturbed estimate of a regression affine in θ, with only f compiled from the model
+(:mod:`pymc_subsample.estimators.eta_estimate`), equals the estimator's formulas and the target's
+graph of the whole estimate."""
+
+import numpy as np
+import pytest
+from test_glm_differences import gaussian_mean
+from zoo import build
+
+from pymc_subsample.estimators import eta_estimate
+from pymc_subsample.estimators.eta_estimate import affine_eta, affine_rows, perturbed_sums
+from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model.tall import TallModel
+from pymc_subsample.subsample.batch import Subsample
+
+#: identities of graphs: full rewriting on PyTensor's Python linker (conftest.python_linker)
+pytestmark = pytest.mark.usefixtures("python_linker")
+
+
+def _reference(eta, jacobian, f, df, centre, pairs, order, subsampled, n_rest):
+    """Dang et al. 2019 eqs. 4.1-4.5 written out in NumPy, the gradient by central differences in η
+    of the value as a function of every row's η (then through J)."""
+    p = eta.shape[0]
+    eta_c, f_c, df_c, d2f_c = centre[:p], centre[p], centre[p + 1:2 * p + 1], centre[2 * p + 1:]
+
+    def value_and_d(eta_at, f_at):
+        u = eta_at - eta_c
+        q = f_c.copy()
+        if order >= 1:
+            q += (df_c * u).sum(axis=0)
+        if order == 2:
+            for (j, i), h in zip(pairs, d2f_c):
+                q += (0.5 if j == i else 1.0) * h * u[j] * u[i]
+        d = f_at - q
+        r = subsampled.astype(bool)
+        m = r.sum()
+        sigma2 = (n_rest / m) ** 2 * ((d[r] - d[r].mean()) ** 2).sum()
+        return d[~r].sum() + n_rest / m * d[r].sum() - 0.5 * sigma2, sigma2
+
+    value, sigma2 = value_and_d(eta, f)
+    # f is linear in η here (f + df·δ): its derivative is df, so the value's η-derivative is exact
+    step, grad = 1e-6, np.zeros(jacobian.shape[-1])
+    for j in range(p):
+        for k in range(eta.shape[1]):
+            e = np.zeros_like(eta)
+            e[j, k] = step
+            up = value_and_d(eta + e, f + df[j, k] * e[j])[0]
+            down = value_and_d(eta - e, f - df[j, k] * e[j])[0]
+            grad += (up - down) / (2 * step) * jacobian[j, k]
+    return value, grad, sigma2
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_kernel_gives_the_estimators_formulas(order):
+    """Three η a row, the second the same on every row (a scale), two rows computed exactly."""
+    rng = np.random.default_rng(0)
+    p, m, d = 3, 40, 4
+    offset, jacobian = rng.normal(size=(p, m)), rng.normal(size=(p, m, d))
+    offset[1], jacobian[1] = 0.3, rng.normal(size=d)
+    affine = affine_rows(offset, jacobian)
+    assert affine.constant == (False, True, False)
+    theta = rng.normal(size=d)
+    eta = affine_eta(*affine, theta)
+    np.testing.assert_allclose(eta, offset + jacobian @ theta, rtol=1e-12)
+    pairs = np.array([(j, i) for j in range(p) for i in range(j, p)], dtype=np.int64)
+    centre = rng.normal(size=(2 * p + 1 + len(pairs), m))
+    f, df = rng.normal(size=m), rng.normal(size=(p, m))
+    subsampled = np.ones(m)
+    subsampled[:2] = 0.0
+    value, grad, sigma2 = perturbed_sums(eta, affine.jacobian, affine.constant_jacobian, affine.slot,
+                                         np.vstack([f, df]), centre, pairs, order, subsampled, 500.0, m - 2.0)
+    expected = _reference(eta, jacobian, f, df, centre, pairs, order, subsampled, 500.0)
+    np.testing.assert_allclose(value, expected[0], rtol=1e-12)
+    np.testing.assert_allclose(grad, expected[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(sigma2, expected[2], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, constant", [("student_t", (True, False, True)), ("linear", (False, True)),
+                                            ("gaussian_mean", (True,))])
+def test_target_estimate_equals_the_whole_graph(name, constant):
+    """ν and σ, the same on every row, enter f as scalars (the Gaussian mean's μ too: no η differs
+    between rows); the estimate, its gradient and σ̂² equal
+    the target's compiled graph of the whole estimate, with exact rows, after block updates, and on a
+    batch that does not know its rows."""
+    tall = TallModel(gaussian_mean(4_000) if name == "gaussian_mean" else build(name, 4_000))
+    rng = np.random.default_rng(1)
+    center = tall.initial_theta + rng.normal(scale=0.05, size=tall.ndim)
+    target, graph = SubsampledTarget(tall, center), SubsampledTarget(tall, center)
+    graph.__dict__["_eta_perturbed"] = None  # the compiled graph of the whole estimate
+    assert target._eta_perturbed is not None and target._eta_perturbed.constant == constant
+    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 300))
+    for k in range(3):
+        block = slice(100 * k, 100 * (k + 1))
+        new_idx = sub.idx.copy()
+        new_idx[block] = rng.integers(0, tall.n_rows, 100)
+        sub = sub.with_block(tall, new_idx, block)
+        theta = center + rng.normal(scale=0.2, size=tall.ndim)
+        for batch in (sub.batch, tuple(np.copy(a) for a in sub.batch)):
+            for a, b in zip(target.perturbed_with_exact(theta, batch, 30, 3_000),
+                            graph.perturbed_with_exact(theta, batch, 30, 3_000), strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
+def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):
+    monkeypatch.setattr(eta_estimate, "KEPT_AFFINE_MAX_VALUES", 1_000)
+    tall = TallModel(build("logistic", 2_000))
+    target = SubsampledTarget(tall, tall.initial_theta)
+    assert target.glm is not None and target._eta_perturbed is None
+    assert target.perturbed_function() is target.perturbed_function()  # PyTensor's, kept
+
+
+def test_rows_affine_in_a_row_free_phi_keep_the_whole_graph():
+    tall = TallModel(build("hierarchical_noncentred", 2_000))
+    target = SubsampledTarget(tall, tall.initial_theta)
+    assert target.glm is not None and target.glm.phi is not None and target._eta_perturbed is None
