@@ -327,3 +327,24 @@ def test_an_expansions_maximisation_stops_where_it_stalls_far_from_the_mode():
     near = [0.5] + [0.5 - 1e-3 - k * 1e-9 for k in range(window + 1)]  # gain < STALL_MIN_GAIN
     assert not expansion._stalled(near)
     assert not expansion._stalled(far[:window])  # too few iterations to tell
+
+
+def test_the_expansions_preconditioner_is_the_magnitude_of_the_whole_hessian():
+    """L Lᵀ = |H|, H = −(JᵀBJ + C) with C the prior's Hessian and φ's curvature along A: where C
+    makes H indefinite (a non-centred σ·z far from the mode), the negative eigenvalues enter with
+    their magnitude, and the smallest are floored."""
+    from pymc_subsample.control_variates.expansion import PRECONDITIONER_FLOOR, _expansion_preconditioner
+
+    rng = np.random.default_rng(0)
+    jacobian = rng.normal(size=(6, 4))
+    root = rng.normal(size=(6, 6))
+    quadratic = -(root @ root.T)
+    indefinite = rng.normal(size=(4, 4))
+    curvature = 30.0 * (indefinite + indefinite.T)
+    hessian = -(jacobian.T @ quadratic @ jacobian + curvature)
+    eigenvalues, vectors = np.linalg.eigh(hessian)
+    assert eigenvalues.min() < 0
+    magnitudes = np.maximum(np.abs(eigenvalues), PRECONDITIONER_FLOOR * np.abs(eigenvalues).max())
+    chol = _expansion_preconditioner(jacobian, curvature, quadratic)
+    np.testing.assert_allclose(chol @ chol.T, (vectors * magnitudes) @ vectors.T, rtol=1e-10, atol=1e-10)
+    assert _expansion_preconditioner(jacobian, np.zeros((4, 4)), np.zeros((6, 6))) is None
