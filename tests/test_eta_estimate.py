@@ -113,3 +113,23 @@ def test_rows_affine_in_a_row_free_phi_keep_the_whole_graph():
     tall = TallModel(build("hierarchical_noncentred", 2_000))
     target = SubsampledTarget(tall, tall.initial_theta)
     assert target.glm is not None and target.glm.phi is not None and target._eta_perturbed is None
+
+
+def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
+    """x = 0 on the first chunk's rows: η = a + b·x looks constant there, differs on later chunks,
+    and is read again as varying; the kept offsets and Jacobians equal those of all rows at once."""
+    import pymc as pm
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=500)
+    x[:150] = 0.0
+    with pm.Model() as model:
+        a, b = pm.Normal("a", 0, 1), pm.Normal("b", 0, 1)
+        pm.Bernoulli("y", logit_p=a + b * pm.Data("x", x), observed=rng.random(500) < 0.5)
+    tall = TallModel(model)
+    view = tall.regression_view
+    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.ndim, tall.row_slice, chunk_size=100)
+    offset, jacobian = view.eta_offset_and_jacobian(tall.row_slice(0, tall.n_rows))
+    assert kept.constant == (False,)
+    np.testing.assert_array_equal(kept.offset, offset.T)
+    np.testing.assert_array_equal(kept.jacobian, np.moveaxis(jacobian, 1, 0))
