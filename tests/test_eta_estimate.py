@@ -4,7 +4,7 @@ graph of the whole estimate."""
 
 import numpy as np
 import pytest
-from test_glm_differences import gaussian_mean
+from test_glm_differences import block_updates, gaussian_mean
 from zoo import build
 
 from pymc_subsample.estimators import eta_estimate
@@ -88,12 +88,7 @@ def test_target_estimate_equals_the_whole_graph(name, constant):
     target, graph = SubsampledTarget(tall, center), SubsampledTarget(tall, center)
     graph.__dict__["_eta_perturbed"] = None  # the compiled graph of the whole estimate
     assert target._eta_perturbed is not None and target._eta_perturbed.constant == constant
-    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 300))
-    for k in range(3):
-        block = slice(100 * k, 100 * (k + 1))
-        new_idx = sub.idx.copy()
-        new_idx[block] = rng.integers(0, tall.n_rows, 100)
-        sub = sub.with_block(tall, new_idx, block)
+    for sub in block_updates(tall, Subsample.gather(tall, rng.integers(0, tall.n_rows, 300)), rng, 3, 100):
         theta = center + rng.normal(scale=0.2, size=tall.ndim)
         for batch in (sub.batch, tuple(np.copy(a) for a in sub.batch)):
             for a, b in zip(target.perturbed_with_exact(theta, batch, 30, 3_000),

@@ -84,6 +84,16 @@ CASES = [pytest.param("gaussian_mean", 1, marks=HEAVY), pytest.param("gaussian_m
          pytest.param("zero_inflated_poisson", 2, marks=HEAVY)]
 
 
+def block_updates(tall, sub, rng, blocks, size):
+    """The subsamples of ``blocks`` HMC-ECS block updates of ``sub``, one block of ``size`` rows each."""
+    for k in range(blocks):
+        block = slice(size * k, size * (k + 1))
+        new_idx = sub.idx.copy()
+        new_idx[block] = rng.integers(0, tall.n_rows, size)
+        sub = sub.with_block(tall, new_idx, block)
+        yield sub
+
+
 def _targets(model, order=2):
     tall = TallModel(model)
     rng = np.random.default_rng(1)
@@ -127,13 +137,9 @@ def test_terms_at_the_center_follow_block_updates(kept, monkeypatch):
     tall, glm, generic = _targets(build("logistic", 3_000))
     assert (glm._kept_terms is not None) == kept
     rng = np.random.default_rng(3)
-    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 200))
-    for k in range(4):
-        block = slice(50 * k, 50 * (k + 1))
-        new_idx = sub.idx.copy()
-        new_idx[block] = rng.integers(0, tall.n_rows, 50)
-        sub = sub.with_block(tall, new_idx, block)
+    for sub in block_updates(tall, Subsample.gather(tall, rng.integers(0, tall.n_rows, 200)), rng, 4, 50):
         theta = glm.center + rng.normal(scale=0.3, size=tall.ndim)
+        new_idx = sub.idx
         np.testing.assert_array_equal(sub.batch.rows, new_idx)
         for a, b in zip(glm.perturbed(theta, sub.batch), generic.perturbed(theta, tall.gather(new_idx))):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
