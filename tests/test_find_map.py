@@ -332,7 +332,7 @@ def test_an_expansions_maximisation_stops_where_it_stalls_far_from_the_mode():
 def test_the_expansions_preconditioner_is_the_magnitude_of_the_whole_hessian():
     """L Lᵀ = |H|, H = −(JᵀBJ + C) with C the prior's Hessian and φ's curvature along A: where C
     makes H indefinite (a non-centred σ·z far from the mode), the negative eigenvalues enter with
-    their magnitude, and the smallest are floored."""
+    their magnitude, and the smallest are floored; a positive definite H is taken as it is."""
     from pymc_subsample.control_variates.expansion import PRECONDITIONER_FLOOR, _expansion_preconditioner
 
     rng = np.random.default_rng(0)
@@ -348,3 +348,5 @@ def test_the_expansions_preconditioner_is_the_magnitude_of_the_whole_hessian():
     chol = _expansion_preconditioner(jacobian, curvature, quadratic)
     np.testing.assert_allclose(chol @ chol.T, (vectors * magnitudes) @ vectors.T, rtol=1e-10, atol=1e-10)
     assert _expansion_preconditioner(jacobian, np.zeros((4, 4)), np.zeros((6, 6))) is None
+    concave = _expansion_preconditioner(jacobian, -np.eye(4), quadratic)  # H positive definite: H itself
+    np.testing.assert_allclose(concave @ concave.T, np.eye(4) - jacobian.T @ quadratic @ jacobian, rtol=1e-10)

@@ -251,21 +251,26 @@ def _stalled(values) -> bool:
 
 
 def _expansion_preconditioner(jacobian, curvature_in_theta, quadratic):
-    """Lower Cholesky factor of |H|, H = −(JᵀBJ + ``curvature_in_theta``) for J (r, d): H with its
-    eigenvalues replaced by their magnitudes, floored at :data:`PRECONDITIONER_FLOOR` times the
-    largest; None where H is zero or not finite.
+    """Lower Cholesky factor of |H|, H = −(JᵀBJ + ``curvature_in_theta``) for J (r, d): H itself
+    where it is positive definite, else H with its eigenvalues replaced by their magnitudes, floored
+    at :data:`PRECONDITIONER_FLOOR` times the largest; None where H is zero or not finite.
 
     Why the whole Hessian: the Gauss-Newton part JᵀBJ + ∇²log p alone leaves out φ's own curvature
     along A (a non-centred σ·z: the cross terms in σ and z), and in those u the objective's Hessian
     had eigenvalues from −5,260 to 5,260 on crossed effects' first step, where L-BFGS crept.
     """
     # measured on crossed effects at 10⁶ rows: 440 evaluations of the expansion over the centre's
-    # seven maxima with the Gauss-Newton part (1.4 ms each on PyTensor's Python linker), 248 with |H|;
+    # seven maxima with the Gauss-Newton part (0.35-1.4 ms each on PyTensor's Python linker), 257 with |H|;
     # the centre moved 2·10⁻⁵
     curvature = -(jacobian.T @ quadratic @ jacobian + curvature_in_theta)
     if not np.isfinite(curvature).all():
         return None
-    eigenvalues, vectors = np.linalg.eigh(0.5 * (curvature + curvature.T))
+    curvature = 0.5 * (curvature + curvature.T)
+    try:  # positive definite (near the mode): H itself, without an eigendecomposition
+        return np.linalg.cholesky(curvature)
+    except np.linalg.LinAlgError:
+        pass
+    eigenvalues, vectors = np.linalg.eigh(curvature)
     largest = np.abs(eigenvalues).max()
     if largest == 0.0:
         return None
