@@ -102,8 +102,8 @@ def kept_affine_rows(view, n_rows, ndim, slices, chunk_size, varying=None) -> Af
                 return kept_affine_rows(view, n_rows, ndim, slices, chunk_size, varying=differs)
         offset[:, start:stop] = chunk_offset[:, ~constant].T
         jacobian[:, start:stop] = np.moveaxis(chunk_jacobian[:, ~constant], 1, 0)
-    slot = np.where(constant, -np.cumsum(constant), np.cumsum(~constant) - 1).astype(np.int64)
-    return AffineRows(offset, jacobian, constant_offset.copy(), np.ascontiguousarray(constant_jacobian), slot)
+    return AffineRows(offset, jacobian, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
+                      _slots(constant))
 
 
 def _same_on_every_row(offset, jacobian, offset_value, jacobian_value):
@@ -116,9 +116,14 @@ def _same_on_every_row(offset, jacobian, offset_value, jacobian_value):
 def affine_rows(offset, jacobian) -> AffineRows:
     """:class:`AffineRows` of η(0) ``offset`` (p, n) and J ``jacobian`` (p, n, d)."""
     constant = _same_on_every_row(offset.T, np.moveaxis(jacobian, 1, 0), offset[:, 0], jacobian[:, 0])
-    slot = np.where(constant, -np.cumsum(constant), np.cumsum(~constant) - 1).astype(np.int64)
     return AffineRows(np.ascontiguousarray(offset[~constant]), np.ascontiguousarray(jacobian[~constant]),
-                      offset[constant, 0].copy(), np.ascontiguousarray(jacobian[constant, 0]), slot)
+                      offset[constant, 0].copy(), np.ascontiguousarray(jacobian[constant, 0]),
+                      _slots(constant))
+
+
+def _slots(constant) -> np.ndarray:
+    """:attr:`AffineRows.slot` of the η_j marked ``constant``: each one's row among its kind."""
+    return np.where(constant, -np.cumsum(constant), np.cumsum(~constant) - 1).astype(np.int64)
 
 
 @numba.njit(cache=True)
@@ -223,17 +228,14 @@ class EtaPerturbedFunction:
         key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η", self.constant)
         self.rows_function = tall.kept_function(key, lambda: _rows_function(tall, view, self.constant))
 
-    def arguments(self, batch, terms, affine, n_exact, n_rest) -> tuple:
+    def arguments(self, batch, terms, affine, subsampled, n_rest) -> tuple:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
         :class:`~pymc_subsample.model.distributional.RowTerms`) and their :class:`AffineRows`
-        ``affine``: the first ``n_exact`` rows computed exactly, the others a subsample of
-        ``n_rest`` rows.
+        ``affine``: the rows marked 1 in ``subsampled`` a subsample of ``n_rest`` rows, the others
+        computed exactly.
         """
-        rows = len(terms[0])
-        subsampled = np.ones(rows)
-        subsampled[:n_exact] = 0.0
         centre = np.array(terms, dtype=float)
-        return (float(n_rest), float(rows - n_exact), subsampled, affine, tuple(batch), centre)
+        return (float(n_rest), float(subsampled.sum()), subsampled, affine, tuple(batch), centre)
 
     def __call__(self, theta, n_rest, m_rest, subsampled, affine, batch, centre):
         eta = affine_eta(*affine, theta)

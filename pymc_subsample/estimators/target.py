@@ -398,12 +398,12 @@ class SubsampledTarget:
 
     def perturbed_arguments(self, batch, n_exact, n_rest) -> tuple:
         """The arguments after θ of :meth:`perturbed_function` on ``batch`` (:meth:`perturbed_with_exact`)."""
-        if self._eta_perturbed is not None:
-            return self._eta_perturbed.arguments(batch, self.center_args(batch), self._affine_rows(batch),
-                                                 n_exact, n_rest)
         rows = batch_length(batch)
         subsampled = np.ones(rows)
         subsampled[:n_exact] = 0.0
+        if self._eta_perturbed is not None:
+            return self._eta_perturbed.arguments(batch, self.center_args(batch), self._affine_rows(batch),
+                                                 subsampled, n_rest)
         extra = (np.asarray(n_rest, dtype="float64"), np.asarray(rows - n_exact, dtype="float64"), subsampled)
         return self.arguments(batch, *extra)
 
