@@ -50,36 +50,63 @@ def _reference(eta, jacobian, f, df, centre, pairs, order, subsampled, n_rest):
     return value, grad, sigma2
 
 
+def _dense_jacobian(affine, n_coords):
+    """J (p, n, n_coords) of every η of :class:`AffineRows`, its blocks written out densely."""
+    n = affine.offset.shape[1]
+    jacobian = np.zeros((len(affine.slot), n, n_coords))
+    for j, v in enumerate(affine.slot):
+        if v >= 0:
+            jacobian[j][:, affine.dense] = affine.jacobian[v]
+            for b, (first, stride) in enumerate(zip(affine.first, affine.stride, strict=True)):
+                jacobian[j, np.arange(n), first + stride * affine.owner[b]] += affine.coef[v, b]
+        else:
+            jacobian[j][:, affine.dense] = affine.constant_jacobian[-1 - v]
+    return jacobian
+
+
 @pytest.mark.parametrize("order", [0, 1, 2])
 def test_kernel_gives_the_estimators_formulas(order):
-    """Three η a row, the second the same on every row (a scale), two rows computed exactly."""
+    """Three η a row, the second the same on every row (a scale), two rows computed exactly; the
+    first and third read four dense coordinates and a group block of three entries (coordinates 4,
+    6, 8: the second column of a matrix of two), the third a second block (9..10) too."""
     rng = np.random.default_rng(0)
-    p, m, d = 3, 40, 4
-    offset, jacobian = rng.normal(size=(p, m)), rng.normal(size=(p, m, d))
-    offset[1], jacobian[1] = 0.3, rng.normal(size=d)
-    affine = affine_rows(offset, jacobian)
+    p, m, d = 3, 40, 11
+    offset, jacobian = rng.normal(size=(p, m)), np.zeros((p, m, d))
+    jacobian[:, :, :4] = rng.normal(size=(p, m, 4))
+    offset[1], jacobian[1] = 0.3, np.r_[rng.normal(size=4), np.zeros(d - 4)]
+    owner = np.stack([rng.integers(0, 3, m), rng.integers(0, 2, m)])
+    coef = rng.normal(size=(p, 2, m))
+    coef[1], coef[0, 1] = 0.0, 0.0
+    affine = affine_rows(offset, jacobian, coef, owner, first=(4, 9), stride=(2, 1))
     assert affine.constant == (False, True, False)
+    full = _dense_jacobian(affine, d)
+    np.testing.assert_array_equal(full[:, :, :4], jacobian[:, :, :4])
     theta = rng.normal(size=d)
     eta = affine_eta(*affine, theta)
-    np.testing.assert_allclose(eta, offset + jacobian @ theta, rtol=1e-12)
+    np.testing.assert_allclose(eta, offset + full @ theta, rtol=1e-12)
     pairs = np.array([(j, i) for j in range(p) for i in range(j, p)], dtype=np.int64)
     centre = rng.normal(size=(2 * p + 1 + len(pairs), m))
     f, df = rng.normal(size=m), rng.normal(size=(p, m))
     subsampled = np.ones(m)
     subsampled[:2] = 0.0
-    value, grad, sigma2 = perturbed_sums(eta, affine.jacobian, affine.constant_jacobian, affine.slot,
-                                         np.vstack([f, df]), centre, pairs, order, subsampled, 500.0, m - 2.0)
-    expected = _reference(eta, jacobian, f, df, centre, pairs, order, subsampled, 500.0)
+    sparse_jacobian = (affine.jacobian, affine.coef, affine.owner, affine.constant_jacobian, affine.slot,
+                       affine.dense, affine.first, affine.stride)
+    value, grad, sigma2 = perturbed_sums(eta, *sparse_jacobian, d, np.vstack([f, df]), centre, pairs, order,
+                                         subsampled, 500.0, m - 2.0)
+    expected = _reference(eta, full, f, df, centre, pairs, order, subsampled, 500.0)
     np.testing.assert_allclose(value, expected[0], rtol=1e-12)
     np.testing.assert_allclose(grad, expected[1], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(sigma2, expected[2], rtol=1e-12)
 
 
-@pytest.mark.parametrize("name, constant", [("student_t", (True, False, True)), ("linear", (False, True)),
-                                            ("gaussian_mean", (True,))])
+@pytest.mark.parametrize("name, constant", [
+    ("student_t", (True, False, True)), ("linear", (False, True)), ("gaussian_mean", (True,)),
+    ("hierarchical_centred", (False, True)), ("hierarchical_noncentred", (False,)),
+    ("crossed_effects", (False,))])
 def test_target_estimate_equals_the_whole_graph(name, constant):
     """ν and σ, the same on every row, enter f as scalars (the Gaussian mean's μ too: no η differs
-    between rows); the estimate, its gradient and σ̂² equal
+    between rows); group effects a[g] (centred: in θ; non-centred and crossed: in φ(θ), with Σq in
+    φ) are read as blocks; the estimate, its gradient and σ̂² equal
     the target's compiled graph of the whole estimate, with exact rows, after block updates, and on a
     batch that does not know its rows."""
     tall = TallModel(gaussian_mean(4_000) if name == "gaussian_mean" else build(name, 4_000))
@@ -104,10 +131,22 @@ def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):
     assert target.perturbed_function() is target.perturbed_function()  # PyTensor's, kept
 
 
-def test_rows_affine_in_a_row_free_phi_keep_the_whole_graph():
-    tall = TallModel(build("hierarchical_noncentred", 2_000))
+@pytest.mark.parametrize("name, in_phi", [("hierarchical_centred", False), ("crossed_effects", True)])
+def test_kept_rows_are_etas_jacobian(name, in_phi):
+    """The kept rows' sparse J, written out, is η's Jacobian in θ (centred) or in φ (crossed effects:
+    two blocks, X's columns and the intercept dense), chunk by chunk as at once."""
+    tall = TallModel(build(name, 3_000))
     target = SubsampledTarget(tall, tall.initial_theta)
-    assert target.glm is not None and target.glm.phi is not None and target._eta_perturbed is None
+    view = tall.regression_view if not in_phi else target.glm
+    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=700, phi=in_phi)
+    assert len(kept.first) == (2 if in_phi else 1)
+    rows = tall.row_slice(0, tall.n_rows)
+    offset, jacobian = view.phi_offset_and_jacobian(rows) if in_phi else view.eta_offset_and_jacobian(rows)
+    full = _dense_jacobian(kept, jacobian.shape[-1])
+    for j, v in enumerate(kept.slot):
+        if v >= 0:
+            np.testing.assert_allclose(kept.offset[v], offset[:, j], atol=1e-12)
+            np.testing.assert_allclose(full[j], jacobian[:, j], atol=1e-12)
 
 
 def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
@@ -123,7 +162,7 @@ def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
         pm.Bernoulli("y", logit_p=a + b * pm.Data("x", x), observed=rng.random(500) < 0.5)
     tall = TallModel(model)
     view = tall.regression_view
-    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.ndim, tall.row_slice, chunk_size=100)
+    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=100)
     offset, jacobian = view.eta_offset_and_jacobian(tall.row_slice(0, tall.n_rows))
     assert kept.constant == (False,)
     np.testing.assert_array_equal(kept.offset, offset.T)

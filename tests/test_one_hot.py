@@ -34,7 +34,7 @@ def _crossed_poisson(n=3000, groups=(7, 5), seed=0, also_direct=False, centred=T
 
 
 def _blocks(view, phi=False):
-    return [(block.start, block.stop) for block in view._layout(phi=phi).blocks]
+    return [(block.start, block.stop) for block in view.layout(phi=phi).blocks]
 
 
 def test_group_blocks_are_found_where_each_row_reads_one_entry():
@@ -42,7 +42,7 @@ def test_group_blocks_are_found_where_each_row_reads_one_entry():
     view = tall.regression_view
     assert view is not None and view.phi is None
     assert _blocks(view) == [(0, 7), (7, 12)]  # a and c; b (coordinate 12) is dense
-    assert view._layout().points.shape[0] == 1 + 1 + 2  # 0, b's unit vector, two indicators
+    assert view.layout().points.shape[0] == 1 + 1 + 2  # 0, b's unit vector, two indicators
 
     direct = pms.TallModel(_crossed_poisson(also_direct=True)).regression_view
     assert _blocks(direct) == [(7, 12)]  # a is also read as a[0]: not a block
@@ -66,7 +66,7 @@ def test_sums_with_group_blocks_equal_the_dense_jacobian(centred):
         view.phi.value(theta)
         checks.append((True, view.phi_sums, view.phi.size))
     for phi, sums, n in checks:
-        assert view._layout(phi=phi).blocks
+        assert view.layout(phi=phi).blocks
         with_blocks = chunked_sum(tall, sums, theta, chunk_size=1000)
         view._layouts[phi] = PointLayout(n, [], tall.batch_inputs)
         dense = chunked_sum(tall, sums, theta, chunk_size=1000)
@@ -133,7 +133,7 @@ def test_a_matrix_of_group_effects_is_one_block_per_column(centred):
     if phi:
         view.phi.value(theta)
     n, sums = (view.phi.size, view.phi_sums) if phi else (tall.ndim, view.sums)
-    blocks = view._layout(phi=phi).blocks
+    blocks = view.layout(phi=phi).blocks
     assert [(b.start, b.stop, b.offset, b.stride) for b in blocks] == [(0, 12, 0, 2), (0, 12, 1, 2)]
     assert blocks[0].shares_owners(blocks[1])
     with_blocks = chunked_sum(tall, sums, theta, chunk_size=1000)
@@ -227,7 +227,7 @@ def test_each_eta_reads_the_coordinates_of_its_own_parameters_only():
     for name, index in tall.theta_to_point(np.arange(tall.ndim, dtype=float)).items():
         for i in np.ravel(index).astype(int):
             names[i] = name
-    reads = view._layout().reads
+    reads = view.layout().reads
     assert [name for name, read in zip(names, reads[0]) if read] == ["alpha", "beta", "beta"]
     assert [name for name, read in zip(names, reads[1]) if read] == ["sigma_log__"]
     theta = pt.vector("theta")
@@ -250,7 +250,7 @@ def test_a_computed_and_negative_group_index_gives_the_dense_jacobian_sums():
         pm.Poisson("y", mu=pm.math.exp(eta), observed=pm.Data("y_obs", rng.poisson(np.exp(0.3 * x))))
     tall = pms.TallModel(model)
     view = tall.regression_view
-    layout = view._layout()
+    layout = view.layout()
     assert _blocks(view) == [(0, 7), (7, 12)]
     batch = tall.gather(np.arange(50))
     np.testing.assert_array_equal(layout.owners(batch)[0], g[:50])
@@ -279,7 +279,7 @@ def test_coordinates_no_eta_reads_have_no_point_and_zero_sums():
     for name, index in tall.theta_to_point(np.arange(tall.ndim, dtype=float)).items():
         for i in np.ravel(index).astype(int):
             names[i] = name
-    layout = view._layout()
+    layout = view.layout()
     assert sorted(names[i] for i in layout.dense) == ["b", "sigma_log__"]
     assert layout.points.shape[0] == 1 + 2 + 1
     theta = tall.initial_theta + np.random.default_rng(2).normal(scale=0.3, size=tall.ndim)

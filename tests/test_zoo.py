@@ -137,7 +137,7 @@ def test_group_effects_set_up_takes_gradients_from_eta_jacobian_without_a_revers
     with build("hierarchical_centred", N):
         step = pms.HMCECS(rng=0, progressbar=False)
     view = step.target.glm
-    assert step.tall.ndim == 24 and len(view._layout().points) == 4
+    assert step.tall.ndim == 24 and len(view.layout().points) == 4
     assert view._vjp_function is None
 
 

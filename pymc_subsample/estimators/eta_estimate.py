@@ -19,12 +19,18 @@ first run, larger than PyMC's own ``logp_dlogp``; measured on a cold PyTensor ca
 1000): logistic 10.4 against 1.9 s for the function here, StudentT 16.7 against 3.3 s. A call
 costs 0-15 µs more (three calls from Python where the graph was one; m = 1000, 2026-11-30).
 
-J_k and η_k(0) of every row are read once, in one pass through NumPy
-(:meth:`~pymc_subsample.model.distributional.DistributionalRegression.eta_offset_and_jacobian`),
-and kept (:func:`kept_affine_rows`): a batch reads its rows' by index, where computing them per
-batch would cost 80-250 µs (η at d + 1 points on PyTensor's Python linker), about an iteration.
-Group effects read by index (a[g]) make J dense in every group's coordinate: such models keep the
-whole graph (:meth:`~pymc_subsample.estimators.target.SubsampledTarget.perturbed_function`).
+J_k and η_k(0) of every row are read once, in one pass through NumPy, and kept
+(:func:`kept_affine_rows`): a batch reads its rows' by index, where computing them per batch would
+cost 80-250 µs (η at d + 1 points on PyTensor's Python linker), about an iteration. J is kept in the
+view's sparse form (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.sparse_affine`):
+the columns of the coordinates read densely, and for each group effect read by index (a[g_k]) one
+coefficient and one entry a row.
+
+Rows affine in a row-free φ(θ) (a non-centred a = μ + τz read as a[g_k]) run the same kernels in φ,
+with φ(θ) and Dφ(θ)ᵀg from a small compiled function of θ (:class:`EtaPerturbedFunction`).
+Measured on a cold PyTensor cache, 10⁵ rows, the whole first draw of ``pm.sample`` (wall s, one
+core, 2026-11-30): non-centred 11.8 → 8.1, centred 9.9 → 7.3, crossed effects 17.3 → 11.4, against
+the estimate as one graph.
 """
 
 from __future__ import annotations
@@ -48,17 +54,31 @@ KEPT_AFFINE_MAX_VALUES = 40_000_000
 
 
 class AffineRows(NamedTuple):
-    """η_k = η_k(0) + J_k θ of a set of rows: the η_j that differ between rows as ``offset`` (p_v, n)
-    and ``jacobian`` (p_v, n, d); those the same on every row (a scale, a shape) once, as
-    ``constant_offset`` (p_c,) and ``constant_jacobian`` (p_c, d); ``slot`` (p,): η_j's row in
-    the former (≥ 0), or −1 − its row in the latter.
+    """η_k = η_k(0) + J_k x of a set of rows, x the coordinates η is affine in (θ, or φ(θ)), with J
+    held sparsely as the view's layout reads it
+    (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.sparse_affine`):
+
+    - the η_j that differ between rows: ``offset`` (p_v, n); ``jacobian`` (p_v, n, n_dense), J's
+      columns of the coordinates ``dense``; per group block b, ``coef`` (p_v, n_b, n) and ``owner``
+      (n_b, n): row k reads coordinate ``first[b] + stride[b] · owner[b, k]`` times ``coef``;
+    - those the same on every row (a scale, a shape), once: ``constant_offset`` (p_c,) and
+      ``constant_jacobian`` (p_c, n_dense); they read no block;
+    - ``slot`` (p,): η_j's row among the former (≥ 0), or −1 − its row among the latter.
+
+    Why sparse: a group effect a[g_k] makes J dense in every group's coordinate, while a row reads
+    one; kept densely, the centred zoo model's J (d = 24) took 0.95 s to write at 10⁶ rows.
     """
 
     offset: np.ndarray
     jacobian: np.ndarray
+    coef: np.ndarray
+    owner: np.ndarray
     constant_offset: np.ndarray
     constant_jacobian: np.ndarray
     slot: np.ndarray
+    dense: np.ndarray
+    first: np.ndarray
+    stride: np.ndarray
 
     @property
     def constant(self) -> tuple:
@@ -67,58 +87,83 @@ class AffineRows(NamedTuple):
     def rows(self, rows) -> AffineRows:
         """The same of the rows ``rows`` (indices into these)."""
         return self._replace(offset=np.ascontiguousarray(self.offset[:, rows]),
-                             jacobian=np.ascontiguousarray(self.jacobian[:, rows]))
+                             jacobian=np.ascontiguousarray(self.jacobian[:, rows]),
+                             coef=np.ascontiguousarray(self.coef[:, :, rows]),
+                             owner=np.ascontiguousarray(self.owner[:, rows]))
+
+    def with_rows(self, offset, jacobian, coef, owner) -> AffineRows:
+        """These with the rows of a batch's :meth:`sparse_affine` arrays (every η_j), read with this
+        set's η_j constant as such.
+        """
+        varying = ~np.array(self.constant)
+        return self._replace(offset=np.ascontiguousarray(offset[varying]),
+                             jacobian=np.ascontiguousarray(jacobian[varying]),
+                             coef=np.ascontiguousarray(coef[varying]), owner=np.ascontiguousarray(owner))
 
 
-def kept_affine_rows(view, n_rows, ndim, slices, chunk_size, varying=None) -> AffineRows | None:
-    """:class:`AffineRows` of every row, from ``slices(start, stop)`` chunk by chunk, or None where
-    their η_j that differ between rows would hold more than :data:`KEPT_AFFINE_MAX_VALUES` values.
+def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) -> AffineRows | None:
+    """:class:`AffineRows` of every row in θ (or in φ), from ``slices(start, stop)`` chunk by chunk,
+    or None where they would hold more than :data:`KEPT_AFFINE_MAX_VALUES` values.
 
-    The η_j the same on every row of the first chunk are taken as constant and only checked against
-    it in the others (then read again as varying, where one is not): a scale's J is not written N
-    times. ``varying``: the η_j known to differ between rows.
+    The η_j the same on every row of the first chunk, reading no group block, are taken as constant
+    and only checked against it in the others (then read again as varying, where one is not): a
+    scale's J is not written N times. ``varying``: the η_j known to differ between rows.
     """
     # measured at 10⁶ rows (StudentT, p = 3, d = 5): 0.45 s with every η_j written per row, the
     # (p, N, d) copies most of it; η at the d + 1 points 0.06 s
-    p = view.n_eta
-    offset = jacobian = constant = None
+    layout = view.layout(phi=phi)
+    p, n_dense, n_blocks = view.n_eta, layout.dense.size, len(layout.blocks)
+    arrays = constant = None
     for start in range(0, n_rows, chunk_size):
         stop = min(start + chunk_size, n_rows)
-        chunk_offset, chunk_jacobian = view.eta_offset_and_jacobian(slices(start, stop))  # (m, p), (m, p, d)
+        offset, jacobian, coef, owner = view.sparse_affine(slices(start, stop), phi=phi)
         if constant is None:
-            same = _same_on_every_row(chunk_offset, chunk_jacobian, chunk_offset[0], chunk_jacobian[0])
+            same = _same_on_every_row(offset, jacobian, coef, offset[:, 0], jacobian[:, 0])
             constant = same & ~(np.zeros(p, dtype=bool) if varying is None else varying)
-            constant_offset, constant_jacobian = chunk_offset[0, constant], chunk_jacobian[0, constant]
+            constant_offset, constant_jacobian = offset[constant, 0], jacobian[constant, 0]
             p_varying = p - int(constant.sum())
-            if p_varying * (ndim + 1) * n_rows > KEPT_AFFINE_MAX_VALUES:
+            if (p_varying * (1 + n_dense + n_blocks) + n_blocks) * n_rows > KEPT_AFFINE_MAX_VALUES:
                 return None
-            offset, jacobian = np.empty((p_varying, n_rows)), np.empty((p_varying, n_rows, ndim))
+            arrays = (np.empty((p_varying, n_rows)), np.empty((p_varying, n_rows, n_dense)),
+                      np.empty((p_varying, n_blocks, n_rows)), np.empty((n_blocks, n_rows), dtype=np.int64))
         else:
-            same = _same_on_every_row(chunk_offset[:, constant], chunk_jacobian[:, constant], constant_offset,
+            same = _same_on_every_row(offset[constant], jacobian[constant], coef[constant], constant_offset,
                                       constant_jacobian)
             if not same.all():  # read again, with those η_j as varying
                 differs = ~constant
                 differs[np.flatnonzero(constant)[~same]] = True
-                return kept_affine_rows(view, n_rows, ndim, slices, chunk_size, varying=differs)
-        offset[:, start:stop] = chunk_offset[:, ~constant].T
-        jacobian[:, start:stop] = np.moveaxis(chunk_jacobian[:, ~constant], 1, 0)
-    return AffineRows(offset, jacobian, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
-                      _slots(constant))
+                return kept_affine_rows(view, n_rows, slices, chunk_size, phi=phi, varying=differs)
+        arrays[0][:, start:stop] = offset[~constant]
+        arrays[1][:, start:stop] = jacobian[~constant]
+        arrays[2][:, :, start:stop] = coef[~constant]
+        arrays[3][:, start:stop] = owner
+    first = np.array([block.start + block.offset for block in layout.blocks], dtype=np.int64)
+    stride = np.array([block.stride for block in layout.blocks], dtype=np.int64)
+    return AffineRows(*arrays, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
+                      _slots(constant), layout.dense.astype(np.int64), first, stride)
 
 
-def _same_on_every_row(offset, jacobian, offset_value, jacobian_value):
-    """Per η_j: whether every row's η_j(0) (``offset`` (m, p)) and J (``jacobian`` (m, p, d)) equal
-    ``offset_value`` (p,) and ``jacobian_value`` (p, d).
+def _same_on_every_row(offset, jacobian, coef, offset_value, jacobian_value):
+    """Per η_j: whether every row's η_j(0) (``offset`` (p, m)) and dense J (``jacobian`` (p, m,
+    n_dense)) equal ``offset_value`` (p,) and ``jacobian_value`` (p, n_dense), and it reads no group
+    block (``coef`` (p, n_blocks, m) zero).
     """
-    return (offset == offset_value).all(axis=0) & (jacobian == jacobian_value).all(axis=(0, 2))
+    return ((offset == offset_value[:, None]).all(axis=1)
+            & (jacobian == jacobian_value[:, None]).all(axis=(1, 2)) & (coef == 0).all(axis=(1, 2)))
 
 
-def affine_rows(offset, jacobian) -> AffineRows:
-    """:class:`AffineRows` of η(0) ``offset`` (p, n) and J ``jacobian`` (p, n, d)."""
-    constant = _same_on_every_row(offset.T, np.moveaxis(jacobian, 1, 0), offset[:, 0], jacobian[:, 0])
+def affine_rows(offset, jacobian, coef=None, owner=None, first=(), stride=()) -> AffineRows:
+    """:class:`AffineRows` of η(0) ``offset`` (p, n), dense J ``jacobian`` (p, n, d) over every
+    coordinate and blocks (``coef`` (p, n_b, n), ``owner`` (n_b, n), ``first``, ``stride``).
+    """
+    p, n, d = jacobian.shape
+    coef = np.zeros((p, 0, n)) if coef is None else coef
+    owner = np.zeros((0, n), dtype=np.int64) if owner is None else owner
+    constant = _same_on_every_row(offset, jacobian, coef, offset[:, 0], jacobian[:, 0])
     return AffineRows(np.ascontiguousarray(offset[~constant]), np.ascontiguousarray(jacobian[~constant]),
-                      offset[constant, 0].copy(), np.ascontiguousarray(jacobian[constant, 0]),
-                      _slots(constant))
+                      np.ascontiguousarray(coef[~constant]), owner, offset[constant, 0].copy(),
+                      np.ascontiguousarray(jacobian[constant, 0]), _slots(constant), np.arange(d),
+                      np.asarray(first, dtype=np.int64), np.asarray(stride, dtype=np.int64))
 
 
 def _slots(constant) -> np.ndarray:
@@ -127,35 +172,41 @@ def _slots(constant) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def affine_eta(offset, jacobian, constant_offset, constant_jacobian, slot, theta):
-    """η (p, m) at θ of :class:`AffineRows`' arrays: η_k = η_k(0) + J_k θ, each constant η_j on every row."""
+def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
+               x):
+    """η (p, m) at coordinates ``x`` of :class:`AffineRows`' arrays: η_k = η_k(0) + J_k x, each
+    constant η_j on every row.
+    """
     # loops, not np.dot: as fast at these sizes, and Numba compiles them in a fraction of the time
-    m, d = jacobian.shape[1], theta.shape[0]
+    m = offset.shape[1]
     eta = np.empty((slot.shape[0], m))
     for j in range(slot.shape[0]):
         if slot[j] >= 0:
             v = slot[j]
             for k in range(m):
                 total = offset[v, k]
-                for i in range(d):
-                    total += jacobian[v, k, i] * theta[i]
+                for i in range(dense.shape[0]):
+                    total += jacobian[v, k, i] * x[dense[i]]
+                for b in range(first.shape[0]):
+                    total += coef[v, b, k] * x[first[b] + stride[b] * owner[b, k]]
                 eta[j, k] = total
         else:
             c = -1 - slot[j]
             total = constant_offset[c]
-            for i in range(d):
-                total += constant_jacobian[c, i] * theta[i]
+            for i in range(dense.shape[0]):
+                total += constant_jacobian[c, i] * x[dense[i]]
             eta[j, :] = total
     return eta
 
 
 @numba.njit(cache=True, fastmath=True)
-def perturbed_sums(eta, jacobian, constant_jacobian, slot, at_eta, centre, pairs, order, subsampled, n_rest,
-                   m_rest):
-    """(ℓ̂ − Σq − σ̂²/2, its gradient in θ, σ̂²) of the module docstring's formulas.
+def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride, n_coords,
+                   at_eta, centre, pairs, order, subsampled, n_rest, m_rest):
+    """(ℓ̂ − Σq − σ̂²/2, its gradient in the ``n_coords`` coordinates η is affine in, σ̂²) of the
+    module docstring's formulas.
 
-    ``eta`` (p, m) at θ; ``jacobian``, ``constant_jacobian``, ``slot``: J as :class:`AffineRows`
-    holds it; ``at_eta`` (1 + p, m): f and ∂f/∂η_j at ``eta``;
+    ``eta`` (p, m) at the coordinates; ``jacobian`` .. ``stride``: J as :class:`AffineRows` holds
+    it; ``at_eta`` (1 + p, m): f and ∂f/∂η_j at ``eta``;
     ``centre`` (2p + 1 + n_pairs, m): the rows' terms at θ* (η*, f*, ∂f*, ∂²f*: the order of
     :meth:`~pymc_subsample.model.distributional.RowTerms.flat`), with ``pairs`` (n_pairs, 2) the
     (j, l), j ≤ l, of ∂²f*; the proxy of ``order`` 0, 1 or 2; ``subsampled`` (m,) 1 for the rows
@@ -197,19 +248,22 @@ def perturbed_sums(eta, jacobian, constant_jacobian, slot, at_eta, centre, pairs
     value = (total - s1) + scale * s1 - 0.5 * sigma2
     # ∂(value)/∂d_k: 1 on E; n_R/m − (n_R²/m²)(d_k − d̄) on R (the second from −σ̂²/2)
     c = 1.0 + subsampled * (scale - scale * scale * (d - mean) - 1.0)
-    grad = np.zeros(jacobian.shape[2])
+    grad = np.zeros(n_coords)
     for j in range(p):
         v = slot[j]
         if v >= 0:
             for k in range(m):
                 w = slope[j, k] * c[k]
-                for i in range(grad.shape[0]):
-                    grad[i] += w * jacobian[v, k, i]
+                for i in range(dense.shape[0]):
+                    grad[dense[i]] += w * jacobian[v, k, i]
+                for b in range(first.shape[0]):
+                    grad[first[b] + stride[b] * owner[b, k]] += w * coef[v, b, k]
         else:
             w = 0.0
             for k in range(m):
                 w += slope[j, k] * c[k]
-            grad += w * constant_jacobian[-1 - v]
+            for i in range(dense.shape[0]):
+                grad[dense[i]] += w * constant_jacobian[-1 - v, i]
     return value, grad, sigma2
 
 
@@ -218,15 +272,33 @@ class EtaPerturbedFunction:
     of a target whose rows are affine in θ, called as the target's compiled
     :meth:`~pymc_subsample.estimators.target.SubsampledTarget.perturbed_function` is; its arguments
     after θ from :meth:`arguments`.
+
+    Rows affine in a row-free φ(θ) (:mod:`~pymc_subsample.model.row_free`) take η from φ and the
+    gradient in φ, g, back to θ as Dφ(θ)ᵀg; their proxy's sum Σq = Σf* + AᵀΔφ + ½ΔφᵀBΔφ
+    (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`) is added here, in φ, to
+    the value and to g, as the target's graph of the whole estimate holds it. A second compiled
+    function of θ alone gives φ(θ), log p(θ) and ∇log p(θ) + Dφ(θ)ᵀc: called with c = 0 for φ,
+    then with c = g.
     """
 
-    def __init__(self, target, constant):
+    def __init__(self, target, affine):
         view, tall = target.glm, target.tall
         self.order, self.n_eta = target.order, view.n_eta
         self.pairs = np.array(view.pairs, dtype=np.int64).reshape(-1, 2)
-        self.constant = constant
-        key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η", self.constant)
-        self.rows_function = tall.kept_function(key, lambda: _rows_function(tall, view, self.constant))
+        self.constant = affine.constant
+        self.in_phi = view.phi is not None
+        prior = not self.in_phi
+        key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
+        self.rows_function = tall.kept_function(key, lambda: _rows_function(tall, view, self.constant, prior))
+        self.phi_function = None
+        if self.in_phi:
+            proxy = target.proxy
+            self.n_coords = view.phi.size
+            self.sum_q = (proxy.loglik_sum, proxy.phi_center, proxy.phi_grad_sum, proxy.phi_hess_sum)
+            key = ("EtaPerturbedFunction", "φ, prior and ∇prior + Dφᵀc")
+            self.phi_function = tall.kept_function(key, lambda: _phi_function(tall, view.phi))
+        else:
+            self.n_coords = tall.ndim
 
     def arguments(self, batch, terms, affine, subsampled, n_rest) -> tuple:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
@@ -238,18 +310,44 @@ class EtaPerturbedFunction:
         return (float(n_rest), float(subsampled.sum()), subsampled, affine, tuple(batch), centre)
 
     def __call__(self, theta, n_rest, m_rest, subsampled, affine, batch, centre):
-        eta = affine_eta(*affine, theta)
+        if self.in_phi:
+            x = self.phi_function(theta, np.zeros(self.n_coords))[0]
+        else:
+            x = theta
+        eta = affine_eta(*affine, x)
         etas = [np.array(e[0]) if c else e for e, c in zip(eta, self.constant, strict=True)]
-        prior, prior_grad, *at_eta = self.rows_function(theta, *etas, *batch)
-        value, grad, sigma2 = perturbed_sums(eta, affine.jacobian, affine.constant_jacobian, affine.slot,
-                                             np.array(at_eta), centre, self.pairs, self.order, subsampled,
-                                             n_rest, m_rest)
+        if self.in_phi:
+            at_eta = self.rows_function(*etas, *batch)
+        else:
+            prior, prior_grad, *at_eta = self.rows_function(theta, *etas, *batch)
+        sparse_jacobian = (affine.jacobian, affine.coef, affine.owner, affine.constant_jacobian, affine.slot,
+                           affine.dense, affine.first, affine.stride)
+        value, grad, sigma2 = perturbed_sums(eta, *sparse_jacobian, self.n_coords, np.array(at_eta), centre,
+                                             self.pairs, self.order, subsampled, n_rest, m_rest)
+        if self.in_phi:
+            sum_q, sum_q_grad = _sum_q_in_phi(self.order, x, *self.sum_q)
+            _, prior, grad = self.phi_function(theta, grad + sum_q_grad)
+            return float(prior) + sum_q + value, grad, sigma2
         return float(prior) + value, prior_grad + grad, sigma2
 
 
-def _rows_function(tall, view, constant):
-    """Log p(θ), its gradient, f(y_k, η_k) and ∂f/∂η_j (one value a row each) as a function of (θ,
-    η_1..η_p, batch), with the η_j that are the same on every row (``constant``) scalars.
+def _sum_q_in_phi(order, phi, loglik_sum, phi_center, linear, quadratic):
+    """Σ_k q_k = Σf* + AᵀΔφ + ½ΔφᵀBΔφ, truncated at ``order``, and its gradient in φ, A + BΔφ
+    (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
+    """
+    if order == 0:
+        return loglik_sum, np.zeros_like(phi)
+    delta = phi - phi_center
+    if order == 1:
+        return loglik_sum + linear @ delta, linear
+    curved = quadratic @ delta
+    return loglik_sum + linear @ delta + 0.5 * delta @ curved, linear + curved
+
+
+def _rows_function(tall, view, constant, prior):
+    """f(y_k, η_k) and ∂f/∂η_j (one value a row each) as a function of (η_1..η_p, batch), with the
+    η_j that are the same on every row (``constant``) scalars; with ``prior``, log p(θ) and its
+    gradient before them, and θ the first input.
 
     Why scalars: f's special functions of such an η (a StudentT's ν and σ, a negative binomial's α)
     are then computed once a call, not once a row; their rows' ∂f/∂η_j come by forward mode.
@@ -263,6 +361,18 @@ def _rows_function(tall, view, constant):
               for eta, c in zip(etas, constant, strict=True)]
     # every output one value a row: a slope that does not depend on the row is broadcast
     slopes = [pt.second(value, slope) for slope in slopes]
-    prior = tall.prior_graph
+    if not prior:
+        return compile_function([*etas, *tall.batch_inputs], [value, *slopes])
+    log_prior = tall.prior_graph
     return compile_function([tall.theta, *etas, *tall.batch_inputs],
-                            [prior, tall.gradient(prior), value, *slopes])
+                            [log_prior, tall.gradient(log_prior), value, *slopes])
+
+
+def _phi_function(tall, phi):
+    """(θ, c) ↦ (φ(θ) flat, log p(θ), ∇log p(θ) + Dφ(θ)ᵀc): one small function of θ for both ends
+    of an estimate in φ (:class:`EtaPerturbedFunction`).
+    """
+    weights, weighted = phi.weighted_graph()
+    log_prior = tall.prior_graph
+    outputs = [phi.flat_graph, log_prior, tall.gradient(log_prior + weighted)]
+    return compile_function([tall.theta, weights], outputs)

@@ -32,6 +32,7 @@ import pytensor.tensor as pt
 from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.control_variates.taylor import (
+    RowFreeTaylorProxy,
     eta_differences_at_thetas,
     make_proxy,
     truncate,
@@ -258,27 +259,24 @@ class SubsampledTarget:
     def _eta_perturbed(self):
         """The perturbed estimate with only f compiled from the model
         (:class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`), where the rows are
-        affine in θ itself with no group effects read by index, their data in memory, and η's offsets
-        and Jacobians of all N rows fit
+        affine in θ, or in a row-free φ(θ) with the proxy taken in η, their data in memory, and η's
+        offsets and sparse Jacobians of all N rows fit
         :data:`~pymc_subsample.estimators.eta_estimate.KEPT_AFFINE_MAX_VALUES`; else None.
         """
-        if self.glm is None or self.glm.phi is not None or self.proxy.sum_in_graph:
+        if self.glm is None or any(leaf.streamed for leaf in self.tall.leaves):
             return None
-        if self.glm.group_block_sizes():
-            # group effects read as a[g]: J would be dense in every group's coordinate; measured on the
-            # centred zoo model at 10⁶ rows (d = 24), the pass keeping it took 0.95 s, 800 gradient passes
+        in_phi = self.glm.phi is not None
+        if in_phi != isinstance(self.proxy, RowFreeTaylorProxy) or self._kept_affine is None:
             return None
-        if any(leaf.streamed for leaf in self.tall.leaves) or self._kept_affine is None:
-            return None
-        return EtaPerturbedFunction(self, self._kept_affine.constant)
+        return EtaPerturbedFunction(self, self._kept_affine)
 
     @functools.cached_property
     def _kept_affine(self):
-        """η_k(0) and J_k of all N rows (one pass through NumPy), or None where they are too many
-        (:func:`~pymc_subsample.estimators.eta_estimate.kept_affine_rows`).
+        """η_k(0) and J_k of all N rows in θ or φ (one pass through NumPy), or None where they are too
+        many (:func:`~pymc_subsample.estimators.eta_estimate.kept_affine_rows`).
         """
-        kept = kept_affine_rows(self.glm, self.n_rows, self.tall.ndim, self.tall.row_slice,
-                                max(self._chunk_size, NUMPY_TERMS_MIN_ROWS))
+        kept = kept_affine_rows(self.glm, self.n_rows, self.tall.row_slice,
+                                max(self._chunk_size, NUMPY_TERMS_MIN_ROWS), phi=self.glm.phi is not None)
         if kept is not None:
             self.tall.full_passes += 1
         return kept
@@ -294,12 +292,8 @@ class SubsampledTarget:
         rows = getattr(batch, "rows", None)
         if rows is not None:
             affine = self._kept_affine.rows(rows)
-        else:  # a batch without row indices: its own η(0) and J, the η_j constant over all rows as kept
-            offset, jacobian = self.glm.eta_offset_and_jacobian(batch)
-            varying = ~np.array(self._kept_affine.constant)
-            jacobian = np.moveaxis(jacobian, 1, 0)[varying]
-            affine = self._kept_affine._replace(offset=np.ascontiguousarray(offset.T[varying]),
-                                                jacobian=np.ascontiguousarray(jacobian))
+        else:  # a batch without row indices: its own, the η_j constant over all rows as kept
+            affine = self._kept_affine.with_rows(*self.glm.sparse_affine(batch, phi=self.glm.phi is not None))
         self._batch_affine = (batch, affine)
         return affine
 

@@ -191,7 +191,11 @@ def joined_inputs(point, outputs, inputs, joined=None):
     # kept, not PyMC's join_nonshared_inputs: measured on the zoo's prior and rows, PyMC's took 12-30 ms
     # against 6-10 ms here (logistic, centred hierarchical, crossed effects) and had 4-12 more nodes
     if joined is None:
-        joined = pt.concatenate([var.ravel() for var in inputs]).type()  # PyMC's type for it
+        # of static length: each slice then has its static shape, and a slice read as a vector needs no
+        # reshape, which PyTensor's rewrites would make a SpecifyShape, whose Numba kernel took 1.9 s to
+        # compile on a cold cache (the non-centred zoo model's prior)
+        size = sum(int(np.prod(point[var.name].shape, dtype=int)) for var in inputs)
+        joined = pt.tensor(dtype=pt.concatenate([var.ravel() for var in inputs]).dtype, shape=(size,))
     replace, start = {}, 0
     for var in inputs:
         shape = point[var.name].shape

@@ -220,7 +220,7 @@ class DistributionalRegression:
             self._eta_phi = graph_replace(self.eta_rows, replace, strict=False)
         return self._eta_phi
 
-    def _layout(self, phi=False) -> PointLayout:
+    def layout(self, phi=False) -> PointLayout:
         """The points η's Jacobian is read at, in θ or in φ: 0, the unit vectors, and one indicator
         per group block (:mod:`~pymc_subsample.model.one_hot`), found in η's graph on first use.
         """
@@ -237,11 +237,28 @@ class DistributionalRegression:
                                              reads=coordinates_read(graphs, sources, n))
         return self._layouts[phi]
 
+    def sparse_affine(self, batch, phi=False):
+        """η's exact affine map over ``batch`` in θ (or in φ) in :meth:`layout`'s form, from η at its
+        points (one vectorised call): (η_k(0) (p, m), ∂η_k along the layout's dense coordinates
+        (p, m, n_dense), each block's coefficient (p, n_blocks, m), each block's entry per row
+        (n_blocks, m)). Row k's η_j is η_jk(0) + Σ_c J_jkc x_dense[c] + Σ_b coef_jbk x_b[owner_bk], x
+        θ (or φ).
+        """
+        layout = self.layout(phi=phi)
+        at_points = self.eta_components_at_phis if phi else self.eta_components_at_thetas
+        values = at_points(layout.points, batch)  # one (k, m) array per η
+        n_dense, m = layout.dense.size, values[0].shape[1]
+        offset = np.stack([v[0] for v in values])
+        jacobian = np.stack([(v[1:1 + n_dense] - v[0]).T for v in values])
+        coef = np.stack([v[1 + n_dense:] - v[0] for v in values])
+        owner = np.array(layout.owners(batch), dtype=np.int64).reshape(len(layout.blocks), m)
+        return offset, jacobian, coef, owner
+
     def group_block_sizes(self, phi=False) -> list[int]:
         """The sizes of the group blocks found in η's graph, in θ or in φ
         (:mod:`~pymc_subsample.model.one_hot`).
         """
-        return [block.size for block in self._layout(phi=phi).blocks]
+        return [block.size for block in self.layout(phi=phi).blocks]
 
     def phi_offset_and_jacobian(self, batch):
         """(η_k at φ = 0 (m, p), ∂η_k/∂φ (m, p, r)) from η at 0 and the r unit vectors, exact because
@@ -317,7 +334,7 @@ class DistributionalRegression:
             return total, self.phi.vjp(theta, a)
         terms = self.row_terms(theta, batch)
         total = float(np.sum(terms.value))
-        layout = self._layout()
+        layout = self.layout()
         if not hessian and len(layout.points) - 1 > JACOBIAN_GRADIENT_MAX_D:
             return total, self.eta_vjp(terms.first, batch, theta)
         points = self.eta_components_at_thetas(layout.points, batch)
@@ -332,7 +349,7 @@ class DistributionalRegression:
         """
         # measured on the non-centred zoo model at 10⁶ rows, r = 21: a pass without B 78 ms, with B 200 ms
         terms = self.row_terms(theta, batch)
-        layout = self._layout(phi=True)
+        layout = self.layout(phi=True)
         points = self.eta_components_at_phis(layout.points, batch)
         a, b = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)

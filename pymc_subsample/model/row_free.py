@@ -183,7 +183,7 @@ class RowFreeParameters:
     def vjp(self, theta, weights) -> np.ndarray:
         """Dφ(θ)ᵀc for weights c (r,), shape (d,): one reverse pass through φ's graph."""
         if self._vjp_fn is None:
-            c, _ = self._weighted_graph()
+            c, _ = self.weighted_graph()
             self._vjp_fn = compile_python([self.theta, c], self._vjp_graph()[1])
         weights = np.asarray(weights, dtype=float)
         return np.asarray(self._vjp_fn(self._theta_arg(theta), weights), dtype=float)
@@ -193,18 +193,23 @@ class RowFreeParameters:
         # measured: separate graphs for the r rows of Dφ and the d rows of the Hessian took 1 s of a
         # first run to rewrite
         if self._vjp is None:
-            c, weighted = self._weighted_graph()
+            c, weighted = self.weighted_graph()
             self._vjp = (c, pytensor.grad(weighted, self.theta))
         return self._vjp
 
-    def _weighted_graph(self):
+    @property
+    def flat_graph(self):
+        """φ(θ) flat (r,) as a graph in θ."""
+        return self._flat
+
+    def weighted_graph(self):
         """(c, c·φ(θ)): the graph :meth:`_vjp_graph` differentiates, built once."""
         if self._weighted is None:
             # c·φ as Σ_i c[piece i]·φ_i rather than c·concatenate(φ_i): the gradient of a concatenation
             # splits c, and the vectorised forms then hold a Blockwise(Split), whose Python
             # implementation cannot be pickled — both were compiled again in every construction
             # (1,000 groups: 2.5 s of a 5.5 s warm set-up)
-            c = pt.vector("phi_weights", dtype="float64")
+            c = pt.vector("phi_weights", dtype="float64", shape=(self.size,))
             bounds = self.piece_bounds
             weighted = sum(pt.dot(c[start:stop], pt.cast(g, "float64").ravel())
                            for start, stop, g in zip(bounds[:-1], bounds[1:], self.graphs, strict=True))
