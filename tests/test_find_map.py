@@ -216,6 +216,41 @@ def test_centre_with_many_groups_takes_the_curvature_over_all_rows_and_a_trust_r
     _assert_centre_by_expansions(tall, monkeypatch, warm_rows=4000, max_passes=6)
 
 
+def test_phi_and_the_prior_come_from_one_compiled_function_in_the_set_up():
+    """Rows affine in φ(θ), data in memory: the expansions' log p, φ and ∇log p + Dφᵀc, and the
+    set-up's prior, come from the function the estimate in φ compiles, equal to those on PyTensor's
+    Python linker; a coordinate system on θ itself gives ∇log p + c."""
+    from zoo import build
+
+    import pymc_subsample.control_variates.center as center
+    from pymc_subsample.control_variates.expansion import ThetaCoordinates
+
+    tall = pms.TallModel(build("crossed_effects", 3_000))
+    view = tall.regression_view
+    compiled = center.PhiCoordinates(tall, view, center.DEFAULT_CHUNK_SIZE)
+    python = center.PhiCoordinates(tall, view, center.DEFAULT_CHUNK_SIZE, compiled=False)
+    rng = np.random.default_rng(2)
+    theta = tall.initial_theta + rng.normal(scale=0.3, size=tall.ndim)
+    weights = rng.normal(size=view.phi.size)
+    prior, phi = compiled.prior_and_value(theta)
+    expected_prior, expected_phi = python.prior_and_value(theta)
+    assert prior == pytest.approx(expected_prior, rel=1e-12)
+    np.testing.assert_allclose(phi, expected_phi, rtol=1e-12)
+    np.testing.assert_allclose(compiled.value(theta), expected_phi, rtol=1e-12)
+    expected = tall.prior_value_and_grad(theta)[1] + view.phi.vjp(theta, weights)
+    np.testing.assert_allclose(compiled.prior_gradient_plus_vjp(theta, weights), expected, rtol=1e-10)
+    np.testing.assert_allclose(python.prior_gradient_plus_vjp(theta, weights), expected, rtol=1e-10)
+    in_setup = tall.prior_value_and_grad(theta, setup=True)
+    assert in_setup[0] == pytest.approx(expected_prior, rel=1e-12)
+    np.testing.assert_allclose(in_setup[1], tall.prior_value_and_grad(theta)[1], rtol=1e-12)
+    assert view.phi.prior_and_pullback(tall) is view.phi.prior_and_pullback(tall)
+    in_theta = ThetaCoordinates(tall, center.DEFAULT_CHUNK_SIZE)
+    assert in_theta.prior_and_value(theta)[0] == pytest.approx(expected_prior, rel=1e-12)
+    in_theta_weights = rng.normal(size=tall.ndim)
+    np.testing.assert_allclose(in_theta.prior_gradient_plus_vjp(theta, in_theta_weights),
+                               tall.prior_value_and_grad(theta)[1] + in_theta_weights, rtol=1e-10)
+
+
 def test_the_trust_region_bounds_each_coordinates_step_and_only_where_it_must():
     """B's diagonal is made at least |A_i| / R in magnitude: a coordinate's Newton step −A_i / B_ii is
     then at most R; where the steps are within R already, B is returned as it is."""

@@ -143,7 +143,7 @@ def find_center(tall, *, chunk_size=DEFAULT_CHUNK_SIZE, warm_rows=20_000, seed=0
     if in_phi:
         if not subset.success:
             start = tall.initial_theta  # see SUBSET_MAP_READS
-        coordinates = PhiCoordinates(tall, view, chunk_size)
+        coordinates = PhiCoordinates(tall, view, chunk_size, compiled=not tall.rows_streamed)
         # B over all rows (a pass with it: 1.4 gradient passes in φ); the subset corrects each step
         # to third order where it has enough rows of every group (1,000 groups, 20 each: B's error
         # is large per group, and the steps crept (−62,272 → −61,988 → −61,974 → −61,948 against

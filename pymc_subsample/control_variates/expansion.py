@@ -5,6 +5,8 @@ maximised without the rows, then expanded again at the maximum.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import linalg, optimize
 
@@ -20,10 +22,24 @@ class ThetaCoordinates:
 
     def __init__(self, tall, chunk_size):
         self.tall, self.chunk_size = tall, chunk_size
+        self._prior_gradient = None  # (θ, ∇log p(θ)) of the last :meth:`prior_and_value`
 
     @staticmethod
     def value(theta):
         return np.asarray(theta, dtype=float)
+
+    def prior_and_value(self, theta):
+        """(log p(θ), φ(θ) = θ), the prior's gradient kept for :meth:`prior_gradient_plus_vjp`."""
+        prior, gradient = self.tall.prior_value_and_grad(theta, setup=True)
+        self._prior_gradient = (np.array(theta, dtype=float), gradient)
+        return float(prior), self.value(theta)
+
+    def prior_gradient_plus_vjp(self, theta, weights):
+        """∇log p(θ) + Dφ(θ)ᵀc = ∇log p(θ) + c."""
+        kept = self._prior_gradient
+        if kept is None or not np.array_equal(kept[0], theta):
+            self.prior_and_value(theta)
+        return self._prior_gradient[1] + weights
 
     @staticmethod
     def vjp(theta, weights):
@@ -58,10 +74,37 @@ class PhiCoordinates:
     (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.phi_sums`).
     """
 
-    def __init__(self, tall, view, chunk_size):
+    def __init__(self, tall, view, chunk_size, *, compiled=True):
         self.tall, self.view, self.chunk_size = tall, view, chunk_size
-        self.value, self.vjp, self.jacobian = view.phi.value, view.phi.vjp, view.phi.jacobian
+        self.vjp, self.jacobian = view.phi.vjp, view.phi.jacobian
         self.contracted_hessian = view.phi.contracted_hessian
+        # φ, the prior and ∇log p + Dφᵀc from one compiled function
+        # (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`), which the
+        # perturbed estimate in φ calls too; else on PyTensor's Python linker
+        self.compiled = compiled
+
+    @functools.cached_property
+    def _function(self):
+        return self.view.phi.prior_and_pullback(self.tall) if self.compiled else None
+
+    def value(self, theta):
+        """φ(θ) flat."""
+        if self._function is None:
+            return self.view.phi.value(theta)
+        return self._function(np.asarray(theta, dtype=float), np.zeros(self.view.phi.size))[0]
+
+    def prior_and_value(self, theta):
+        """(log p(θ), φ(θ))."""
+        if self._function is None:
+            return float(self.tall.prior_value_and_grad(theta, setup=True)[0]), self.view.phi.value(theta)
+        phi, prior, _ = self._function(np.asarray(theta, dtype=float), np.zeros(self.view.phi.size))
+        return float(prior), phi
+
+    def prior_gradient_plus_vjp(self, theta, weights):
+        """∇log p(θ) + Dφ(θ)ᵀc for weights c (r,)."""
+        if self._function is None:
+            return self.tall.prior_value_and_grad(theta, setup=True)[1] + self.vjp(theta, weights)
+        return self._function(np.asarray(theta, dtype=float), np.asarray(weights, dtype=float))[2]
 
     def gradient_pass(self, theta):
         return chunked_sum(self.tall, self.view.phi_gradient_sums, theta, chunk_size=self.chunk_size)
@@ -116,8 +159,8 @@ def expansion_steps(tall, coordinates, start, rows, chunk_size, tolerance, corre
             total, linear, quadratic = coordinates.full_pass(theta)
         else:
             total, linear = coordinates.gradient_pass(theta)
-        prior, _ = tall.prior_value_and_grad(theta, setup=True)
-        value = float(prior) + float(total)
+        prior, _ = coordinates.prior_and_value(theta)
+        value = prior + float(total)
         if not np.isfinite(value) or value < best_value:
             return None, best
         best, best_value = theta, value
@@ -341,10 +384,10 @@ def _concave(quadratic, rtol=1e-8):
 
 def _negative_expansion(theta, tall, coordinates, expansion_point, linear, quadratic):
     """−(log p(θ) + Aᵀ Δφ + ½ Δφᵀ B Δφ) and its gradient, Δφ = φ(θ) − ``expansion_point``."""
-    prior, prior_grad = tall.prior_value_and_grad(theta, setup=True)
-    delta = coordinates.value(theta) - expansion_point
+    prior, phi = coordinates.prior_and_value(theta)
+    delta = phi - expansion_point
     curved = quadratic @ delta  # once for the value and the gradient (d = 2,003: 2 ms a product)
-    objective = float(prior) + linear @ delta + 0.5 * delta @ curved
+    objective = prior + linear @ delta + 0.5 * delta @ curved
     if not np.isfinite(objective):
         return np.inf, np.zeros_like(theta)
-    return -objective, -(prior_grad + coordinates.vjp(theta, linear + curved))
+    return -objective, -coordinates.prior_gradient_plus_vjp(theta, linear + curved)

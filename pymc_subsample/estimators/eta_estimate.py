@@ -295,8 +295,7 @@ class EtaPerturbedFunction:
             proxy = target.proxy
             self.n_coords = view.phi.size
             self.sum_q = (proxy.loglik_sum, proxy.phi_center, proxy.phi_grad_sum, proxy.phi_hess_sum)
-            key = ("EtaPerturbedFunction", "φ, prior and ∇prior + Dφᵀc")
-            self.phi_function = tall.kept_function(key, lambda: _phi_function(tall, view.phi))
+            self.phi_function = view.phi.prior_and_pullback(tall)
         else:
             self.n_coords = tall.ndim
 
@@ -367,12 +366,3 @@ def _rows_function(tall, view, constant, prior):
     return compile_function([tall.theta, *etas, *tall.batch_inputs],
                             [log_prior, tall.gradient(log_prior), value, *slopes])
 
-
-def _phi_function(tall, phi):
-    """(θ, c) ↦ (φ(θ) flat, log p(θ), ∇log p(θ) + Dφ(θ)ᵀc): one small function of θ for both ends
-    of an estimate in φ (:class:`EtaPerturbedFunction`).
-    """
-    weights, weighted = phi.weighted_graph()
-    log_prior = tall.prior_graph
-    outputs = [phi.flat_graph, log_prior, tall.gradient(log_prior + weighted)]
-    return compile_function([tall.theta, weights], outputs)

@@ -245,7 +245,7 @@ class SubsampledTarget:
         # measured: the rows' terms' Numba function took seconds to compile on a cold cache, and the
         # trigamma in object mode 40 µs a row
         n_terms = len(self.glm.row_terms_variables().flat())
-        if any(leaf.streamed for leaf in self.tall.leaves) or n_terms * self.n_rows > KEPT_TERMS_MAX_VALUES:
+        if self.tall.rows_streamed or n_terms * self.n_rows > KEPT_TERMS_MAX_VALUES:
             return None
         kept = np.empty((n_terms, self.n_rows))
         chunk = max(self._chunk_size, NUMPY_TERMS_MIN_ROWS)
@@ -263,7 +263,7 @@ class SubsampledTarget:
         offsets and sparse Jacobians of all N rows fit
         :data:`~pymc_subsample.estimators.eta_estimate.KEPT_AFFINE_MAX_VALUES`; else None.
         """
-        if self.glm is None or any(leaf.streamed for leaf in self.tall.leaves):
+        if self.glm is None or self.tall.rows_streamed:
             return None
         in_phi = self.glm.phi is not None
         if in_phi != isinstance(self.proxy, RowFreeTaylorProxy) or self._kept_affine is None:

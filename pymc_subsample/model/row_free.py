@@ -216,6 +216,24 @@ class RowFreeParameters:
             self._weighted = (c, weighted)
         return self._weighted
 
+    def prior_and_pullback(self, tall):
+        """(θ, c) ↦ (φ(θ) flat, log p(θ), ∇log p(θ) + Dφ(θ)ᵀc): one small compiled function of θ,
+        kept with ``tall``'s functions, for what a log posterior in φ needs at each θ (the set-up's
+        expansions, the perturbed estimate in φ): called with c = 0 for φ, then with the gradient in φ.
+        """
+        # measured on crossed effects at 10⁶ rows: the prior, φ and Dφᵀc on PyTensor's Python
+        # linker took 0.33 s of a 1.4 s warm set-up (493 calls); this function, ~5 µs a call
+        if self._shapes is None:  # φ's pieces' sizes, for c's length
+            self.value(tall.initial_theta)
+
+        def make():
+            weights, weighted = self.weighted_graph()
+            log_prior = tall.prior_graph
+            outputs = [self._flat, log_prior, tall.gradient(log_prior + weighted)]
+            return compile_function([tall.theta, weights], outputs)
+
+        return tall.kept_function(("RowFreeParameters", "φ, prior and ∇prior + Dφᵀc"), make)
+
     def jacobian(self, theta) -> np.ndarray:
         """Dφ(θ), shape (r, d): :meth:`vjp` along each unit vector, exact.
 
