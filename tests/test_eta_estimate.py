@@ -7,9 +7,10 @@ import pytest
 from test_glm_differences import block_updates, gaussian_mean
 from zoo import build
 
-from pymc_subsample.estimators import eta_estimate
-from pymc_subsample.estimators.eta_estimate import affine_eta, affine_rows, perturbed_sums
+from pymc_subsample.estimators.eta_estimate import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.model import affine_rows as kept_rows
+from pymc_subsample.model.affine_rows import affine_rows
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Subsample
 
@@ -124,7 +125,7 @@ def test_target_estimate_equals_the_whole_graph(name, constant):
 
 
 def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):
-    monkeypatch.setattr(eta_estimate, "KEPT_AFFINE_MAX_VALUES", 1_000)
+    monkeypatch.setattr(kept_rows, "KEPT_AFFINE_MAX_VALUES", 1_000)
     tall = TallModel(build("logistic", 2_000))
     target = SubsampledTarget(tall, tall.initial_theta)
     assert target.glm is not None and target._eta_perturbed is None
@@ -138,7 +139,7 @@ def test_kept_rows_are_etas_jacobian(name, in_phi):
     tall = TallModel(build(name, 3_000))
     target = SubsampledTarget(tall, tall.initial_theta)
     view = tall.regression_view if not in_phi else target.glm
-    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=700, phi=in_phi)
+    kept = kept_rows.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=700, phi=in_phi)
     assert len(kept.first) == (2 if in_phi else 1)
     rows = tall.row_slice(0, tall.n_rows)
     offset, jacobian = view.phi_offset_and_jacobian(rows) if in_phi else view.eta_offset_and_jacobian(rows)
@@ -147,6 +148,32 @@ def test_kept_rows_are_etas_jacobian(name, in_phi):
         if v >= 0:
             np.testing.assert_allclose(kept.offset[v], offset[:, j], atol=1e-12)
             np.testing.assert_allclose(full[j], jacobian[:, j], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["hierarchical_noncentred", "crossed_effects"])
+def test_sums_in_phi_from_kept_rows_equal_those_from_eta_at_the_points(name):
+    """The set-up's sums in φ over a chunk of consecutive rows read J from the kept rows; Σf, A and
+    B equal those from η at the layout's points, in a full pass as on one chunk; a TallModel's pickled
+    state leaves the kept rows behind."""
+    from pymc_subsample.model.chunks import chunked_sum
+
+    tall = TallModel(build(name, 5_000))
+    view = tall.regression_view
+    theta = tall.initial_theta + np.random.default_rng(3).normal(scale=0.2, size=tall.ndim)
+    view.phi.value(theta)
+    assert tall.kept_affine(phi=True) is not None and tall.kept_affine(phi=False) is None
+    chunk = tall.row_slice(1_000, 2_500)
+    for hessian in (True, False):
+        sums = tall.loglik_sums_in_phi if hessian else tall.loglik_gradient_sums_in_phi
+        kept = sums(theta, chunk)
+        points = view.phi_sums(theta, tuple(chunk), hessian=hessian)
+        for a, b in zip(kept, points, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-8)
+    full = chunked_sum(tall, tall.loglik_sums_in_phi, theta, chunk_size=1_500)
+    expected = chunked_sum(tall, view.phi_sums, theta, chunk_size=1_500)
+    for a, b in zip(full, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-8)
+    assert tall.__getstate__()["_kept_affine"] == {}
 
 
 def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
@@ -162,7 +189,7 @@ def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
         pm.Bernoulli("y", logit_p=a + b * pm.Data("x", x), observed=rng.random(500) < 0.5)
     tall = TallModel(model)
     view = tall.regression_view
-    kept = eta_estimate.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=100)
+    kept = kept_rows.kept_affine_rows(view, tall.n_rows, tall.row_slice, chunk_size=100)
     offset, jacobian = view.eta_offset_and_jacobian(tall.row_slice(0, tall.n_rows))
     assert kept.constant == (False,)
     np.testing.assert_array_equal(kept.offset, offset.T)

@@ -82,6 +82,10 @@ class PhiCoordinates:
         # (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`), which the
         # perturbed estimate in φ calls too; else on PyTensor's Python linker
         self.compiled = compiled
+        if compiled and getattr(tall, "client", None) is None:
+            # J of every row, kept for the passes (and the estimate in φ) in one pass: each pass
+            # then reads it instead of evaluating η at the layout's points chunk by chunk
+            tall.kept_affine(phi=True)
 
     @functools.cached_property
     def _function(self):
@@ -107,14 +111,16 @@ class PhiCoordinates:
         return self._function(np.asarray(theta, dtype=float), np.asarray(weights, dtype=float))[2]
 
     def gradient_pass(self, theta):
-        return chunked_sum(self.tall, self.view.phi_gradient_sums, theta, chunk_size=self.chunk_size)
+        return chunked_sum(self.tall, self.tall.loglik_gradient_sums_in_phi, theta,
+                           chunk_size=self.chunk_size)
 
     def curvature(self, theta, rows):
         return self.full_pass(theta, rows)[2]
 
     def full_pass(self, theta, rows=None):
         """(Σ_k ℓ_k, A, B) in φ over ``rows`` (all by default)."""
-        return chunked_sum(self.tall, self.view.phi_sums, theta, rows=rows, chunk_size=self.chunk_size)
+        return chunked_sum(self.tall, self.tall.loglik_sums_in_phi, theta, rows=rows,
+                           chunk_size=self.chunk_size)
 
     def rows_per_group(self, rows):
         """Rows of ``rows`` per entry of φ's largest group block (inf where φ has none)."""

@@ -155,7 +155,7 @@ class RowFreeTaylorProxy(TaylorProxy):
         self.order = check_proxy_order(order)
         self.center = np.asarray(center, dtype=float).copy()
         total, self.phi_grad_sum, self.phi_hess_sum = chunked_sum(
-            tall, view.phi_sums, self.center, chunk_size=chunk_size
+            tall, tall.loglik_sums_in_phi, self.center, chunk_size=chunk_size
         )
         self.loglik_sum = float(total)
         phi = view.phi

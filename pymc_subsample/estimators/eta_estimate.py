@@ -20,10 +20,11 @@ first run, larger than PyMC's own ``logp_dlogp``; measured on a cold PyTensor ca
 costs 0-15 µs more (three calls from Python where the graph was one; m = 1000, 2026-11-30).
 
 J_k and η_k(0) of every row are read once, in one pass through NumPy, and kept
-(:func:`kept_affine_rows`): a batch reads its rows' by index, where computing them per batch would
-cost 80-250 µs (η at d + 1 points on PyTensor's Python linker), about an iteration. J is kept in the
-view's sparse form (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.sparse_affine`):
-the columns of the coordinates read densely, and for each group effect read by index (a[g_k]) one
+(:func:`~pymc_subsample.model.affine_rows.kept_affine_rows`, by the tall model): a batch reads its
+rows' by index, where computing them per batch would cost 80-250 µs (η at d + 1 points on
+PyTensor's Python linker), about an iteration. J is kept in the view's sparse form
+(:meth:`~pymc_subsample.model.distributional.DistributionalRegression.sparse_affine`): the
+columns of the coordinates read densely, and for each group effect read by index (a[g_k]) one
 coefficient and one entry a row.
 
 Rows affine in a row-free φ(θ) (a non-centred a = μ + τz read as a[g_k]) run the same kernels in φ,
@@ -36,8 +37,6 @@ rewrites no reshape to make a ``SpecifyShape`` of; PyMC's NUTS 7.2, 7.4 and 11.0
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numba
 import numpy as np
 import pytensor
@@ -45,138 +44,13 @@ import pytensor.tensor as pt
 
 from pymc_subsample.model.compile import compile_function
 
-__all__ = ["KEPT_AFFINE_MAX_VALUES", "AffineRows", "EtaPerturbedFunction", "affine_eta", "affine_rows",
-           "kept_affine_rows", "perturbed_sums"]
-
-#: η's offsets and Jacobians of all N rows, (d + 1) values a row for each η_j that differs between
-#: rows, are kept up to this many values (320 MB): 10⁶ rows of a logistic regression with d = 30 fit
-#: (the rows' own X is 240 MB)
-KEPT_AFFINE_MAX_VALUES = 40_000_000
-
-
-class AffineRows(NamedTuple):
-    """η_k = η_k(0) + J_k x of a set of rows, x the coordinates η is affine in (θ, or φ(θ)), with J
-    held sparsely as the view's layout reads it
-    (:meth:`~pymc_subsample.model.distributional.DistributionalRegression.sparse_affine`):
-
-    - the η_j that differ between rows: ``offset`` (p_v, n); ``jacobian`` (p_v, n, n_dense), J's
-      columns of the coordinates ``dense``; per group block b, ``coef`` (p_v, n_b, n) and ``owner``
-      (n_b, n): row k reads coordinate ``first[b] + stride[b] · owner[b, k]`` times ``coef``;
-    - those the same on every row (a scale, a shape), once: ``constant_offset`` (p_c,) and
-      ``constant_jacobian`` (p_c, n_dense); they read no block;
-    - ``slot`` (p,): η_j's row among the former (≥ 0), or −1 − its row among the latter.
-
-    Why sparse: a group effect a[g_k] makes J dense in every group's coordinate, while a row reads
-    one; kept densely, the centred zoo model's J (d = 24) took 0.95 s to write at 10⁶ rows.
-    """
-
-    offset: np.ndarray
-    jacobian: np.ndarray
-    coef: np.ndarray
-    owner: np.ndarray
-    constant_offset: np.ndarray
-    constant_jacobian: np.ndarray
-    slot: np.ndarray
-    dense: np.ndarray
-    first: np.ndarray
-    stride: np.ndarray
-
-    @property
-    def constant(self) -> tuple:
-        return tuple(bool(s < 0) for s in self.slot)
-
-    def rows(self, rows) -> AffineRows:
-        """The same of the rows ``rows`` (indices into these)."""
-        return self._replace(offset=np.ascontiguousarray(self.offset[:, rows]),
-                             jacobian=np.ascontiguousarray(self.jacobian[:, rows]),
-                             coef=np.ascontiguousarray(self.coef[:, :, rows]),
-                             owner=np.ascontiguousarray(self.owner[:, rows]))
-
-    def with_rows(self, offset, jacobian, coef, owner) -> AffineRows:
-        """These with the rows of a batch's :meth:`sparse_affine` arrays (every η_j), read with this
-        set's η_j constant as such.
-        """
-        varying = ~np.array(self.constant)
-        return self._replace(offset=np.ascontiguousarray(offset[varying]),
-                             jacobian=np.ascontiguousarray(jacobian[varying]),
-                             coef=np.ascontiguousarray(coef[varying]), owner=np.ascontiguousarray(owner))
-
-
-def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) -> AffineRows | None:
-    """:class:`AffineRows` of every row in θ (or in φ), from ``slices(start, stop)`` chunk by chunk,
-    or None where they would hold more than :data:`KEPT_AFFINE_MAX_VALUES` values.
-
-    The η_j the same on every row of the first chunk, reading no group block, are taken as constant
-    and only checked against it in the others (then read again as varying, where one is not): a
-    scale's J is not written N times. ``varying``: the η_j known to differ between rows.
-    """
-    # measured at 10⁶ rows (StudentT, p = 3, d = 5): 0.45 s with every η_j written per row, the
-    # (p, N, d) copies most of it; η at the d + 1 points 0.06 s
-    layout = view.layout(phi=phi)
-    p, n_dense, n_blocks = view.n_eta, layout.dense.size, len(layout.blocks)
-    arrays = constant = None
-    for start in range(0, n_rows, chunk_size):
-        stop = min(start + chunk_size, n_rows)
-        offset, jacobian, coef, owner = view.sparse_affine(slices(start, stop), phi=phi)
-        if constant is None:
-            same = _same_on_every_row(offset, jacobian, coef, offset[:, 0], jacobian[:, 0])
-            constant = same & ~(np.zeros(p, dtype=bool) if varying is None else varying)
-            constant_offset, constant_jacobian = offset[constant, 0], jacobian[constant, 0]
-            p_varying = p - int(constant.sum())
-            if (p_varying * (1 + n_dense + n_blocks) + n_blocks) * n_rows > KEPT_AFFINE_MAX_VALUES:
-                return None
-            arrays = (np.empty((p_varying, n_rows)), np.empty((p_varying, n_rows, n_dense)),
-                      np.empty((p_varying, n_blocks, n_rows)), np.empty((n_blocks, n_rows), dtype=np.int64))
-        else:
-            same = _same_on_every_row(offset[constant], jacobian[constant], coef[constant], constant_offset,
-                                      constant_jacobian)
-            if not same.all():  # read again, with those η_j as varying
-                differs = ~constant
-                differs[np.flatnonzero(constant)[~same]] = True
-                return kept_affine_rows(view, n_rows, slices, chunk_size, phi=phi, varying=differs)
-        arrays[0][:, start:stop] = offset[~constant]
-        arrays[1][:, start:stop] = jacobian[~constant]
-        arrays[2][:, :, start:stop] = coef[~constant]
-        arrays[3][:, start:stop] = owner
-    first = np.array([block.start + block.offset for block in layout.blocks], dtype=np.int64)
-    stride = np.array([block.stride for block in layout.blocks], dtype=np.int64)
-    return AffineRows(*arrays, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
-                      _slots(constant), layout.dense.astype(np.int64), first, stride)
-
-
-def _same_on_every_row(offset, jacobian, coef, offset_value, jacobian_value):
-    """Per η_j: whether every row's η_j(0) (``offset`` (p, m)) and dense J (``jacobian`` (p, m,
-    n_dense)) equal ``offset_value`` (p,) and ``jacobian_value`` (p, n_dense), and it reads no group
-    block (``coef`` (p, n_blocks, m) zero).
-    """
-    return ((offset == offset_value[:, None]).all(axis=1)
-            & (jacobian == jacobian_value[:, None]).all(axis=(1, 2)) & (coef == 0).all(axis=(1, 2)))
-
-
-def affine_rows(offset, jacobian, coef=None, owner=None, first=(), stride=()) -> AffineRows:
-    """:class:`AffineRows` of η(0) ``offset`` (p, n), dense J ``jacobian`` (p, n, d) over every
-    coordinate and blocks (``coef`` (p, n_b, n), ``owner`` (n_b, n), ``first``, ``stride``).
-    """
-    p, n, d = jacobian.shape
-    coef = np.zeros((p, 0, n)) if coef is None else coef
-    owner = np.zeros((0, n), dtype=np.int64) if owner is None else owner
-    constant = _same_on_every_row(offset, jacobian, coef, offset[:, 0], jacobian[:, 0])
-    return AffineRows(np.ascontiguousarray(offset[~constant]), np.ascontiguousarray(jacobian[~constant]),
-                      np.ascontiguousarray(coef[~constant]), owner, offset[constant, 0].copy(),
-                      np.ascontiguousarray(jacobian[constant, 0]), _slots(constant), np.arange(d),
-                      np.asarray(first, dtype=np.int64), np.asarray(stride, dtype=np.int64))
-
-
-def _slots(constant) -> np.ndarray:
-    """:attr:`AffineRows.slot` of the η_j marked ``constant``: each one's row among its kind."""
-    return np.where(constant, -np.cumsum(constant), np.cumsum(~constant) - 1).astype(np.int64)
-
+__all__ = ["EtaPerturbedFunction", "affine_eta", "perturbed_sums"]
 
 @numba.njit(cache=True)
 def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
                x):
-    """η (p, m) at coordinates ``x`` of :class:`AffineRows`' arrays: η_k = η_k(0) + J_k x, each
-    constant η_j on every row.
+    """η (p, m) at coordinates ``x`` of :class:`~pymc_subsample.model.affine_rows.AffineRows`' arrays:
+    η_k = η_k(0) + J_k x, each constant η_j on every row.
     """
     # loops, not np.dot: as fast at these sizes, and Numba compiles them in a fraction of the time
     m = offset.shape[1]
@@ -206,8 +80,9 @@ def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, f
     """(ℓ̂ − Σq − σ̂²/2, its gradient in the ``n_coords`` coordinates η is affine in, σ̂²) of the
     module docstring's formulas.
 
-    ``eta`` (p, m) at the coordinates; ``jacobian`` .. ``stride``: J as :class:`AffineRows` holds
-    it; ``at_eta`` (1 + p, m): f and ∂f/∂η_j at ``eta``;
+    ``eta`` (p, m) at the coordinates; ``jacobian`` .. ``stride``: J as
+    :class:`~pymc_subsample.model.affine_rows.AffineRows` holds it; ``at_eta`` (1 + p, m): f and
+    ∂f/∂η_j at ``eta``;
     ``centre`` (2p + 1 + n_pairs, m): the rows' terms at θ* (η*, f*, ∂f*, ∂²f*: the order of
     :meth:`~pymc_subsample.model.distributional.RowTerms.flat`), with ``pairs`` (n_pairs, 2) the
     (j, l), j ≤ l, of ∂²f*; the proxy of ``order`` 0, 1 or 2; ``subsampled`` (m,) 1 for the rows
@@ -302,9 +177,9 @@ class EtaPerturbedFunction:
 
     def arguments(self, batch, terms, affine, subsampled, n_rest) -> tuple:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
-        :class:`~pymc_subsample.model.distributional.RowTerms`) and their :class:`AffineRows`
-        ``affine``: the rows marked 1 in ``subsampled`` a subsample of ``n_rest`` rows, the others
-        computed exactly.
+        :class:`~pymc_subsample.model.distributional.RowTerms`) and their
+        :class:`~pymc_subsample.model.affine_rows.AffineRows` ``affine``: the rows marked 1 in
+        ``subsampled`` a subsample of ``n_rest`` rows, the others computed exactly.
         """
         centre = np.array(terms, dtype=float)
         return (float(n_rest), float(subsampled.sum()), subsampled, affine, tuple(batch), centre)

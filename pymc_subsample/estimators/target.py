@@ -37,7 +37,7 @@ from pymc_subsample.control_variates.taylor import (
     make_proxy,
     truncate,
 )
-from pymc_subsample.estimators.eta_estimate import EtaPerturbedFunction, kept_affine_rows
+from pymc_subsample.estimators.eta_estimate import EtaPerturbedFunction
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.analysis import directional_derivative
@@ -191,7 +191,7 @@ class SubsampledTarget:
         # a chain's process computes the kept terms again (one pass) rather than receive up to
         # KEPT_TERMS_MAX_VALUES values through a pipe
         state = dict(self.__dict__, _batch_terms=None, _batch_affine=None)
-        for kept in ("_kept_terms", "_kept_affine", "_eta_perturbed"):
+        for kept in ("_kept_terms", "_eta_perturbed"):
             state.pop(kept, None)
         return state
 
@@ -261,7 +261,7 @@ class SubsampledTarget:
         (:class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`), where the rows are
         affine in θ, or in a row-free φ(θ) with the proxy taken in η, their data in memory, and η's
         offsets and sparse Jacobians of all N rows fit
-        :data:`~pymc_subsample.estimators.eta_estimate.KEPT_AFFINE_MAX_VALUES`; else None.
+        :data:`~pymc_subsample.model.affine_rows.KEPT_AFFINE_MAX_VALUES`; else None.
         """
         if self.glm is None or self.tall.rows_streamed:
             return None
@@ -270,20 +270,16 @@ class SubsampledTarget:
             return None
         return EtaPerturbedFunction(self, self._kept_affine)
 
-    @functools.cached_property
+    @property
     def _kept_affine(self):
-        """η_k(0) and J_k of all N rows in θ or φ (one pass through NumPy), or None where they are too
-        many (:func:`~pymc_subsample.estimators.eta_estimate.kept_affine_rows`).
+        """η_k(0) and J_k of all N rows in θ or φ, kept by the tall model (one pass through NumPy), or
+        None where they are too many (:meth:`~pymc_subsample.model.tall.TallModel.kept_affine`).
         """
-        kept = kept_affine_rows(self.glm, self.n_rows, self.tall.row_slice,
-                                max(self._chunk_size, NUMPY_TERMS_MIN_ROWS), phi=self.glm.phi is not None)
-        if kept is not None:
-            self.tall.full_passes += 1
-        return kept
+        return self.tall.kept_affine(phi=self.glm.phi is not None)
 
     def _affine_rows(self, batch):
         """η_k(0) and J_k of the rows of ``batch``
-        (:class:`~pymc_subsample.estimators.eta_estimate.AffineRows`): read from the kept ones by
+        (:class:`~pymc_subsample.model.affine_rows.AffineRows`): read from the kept ones by
         the batch's row indices, or computed where it has none; kept for the last batch seen.
         """
         last = self._batch_affine

@@ -26,7 +26,8 @@ from pytensor.tensor.subtensor import Subtensor
 from pymc_subsample.model.compile import compile_python
 from pymc_subsample.model.op_patterns import is_row_gather, row_gather_index, subtensor_indices
 
-__all__ = ["OneHotBlock", "PointLayout", "coordinates_read", "find_one_hot_blocks", "jacobian_products"]
+__all__ = ["OneHotBlock", "PointLayout", "coordinates_read", "find_one_hot_blocks", "jacobian_products",
+           "kept_jacobian_products"]
 
 _PASS_THROUGH = (Reshape, SpecifyShape, ViewOp)
 
@@ -295,24 +296,60 @@ def jacobian_products(layout, owners, points, terms, hessian):
         first = np.broadcast_to(first, values.shape[1:])
         products = values[:1 + nd] @ first
         grad[layout.dense] += products[1:] - products[0]
-        for block, owner, coef, read in zip(layout.blocks, owners, coefs_j, reads, strict=True):
-            if read:  # an η that does not read the block adds nothing to its sums
-                grad[block.coords] += np.bincount(owner, coef * first, minlength=block.size)
+        _add_block_gradients(grad, layout, owners, coefs_j, reads, first)
     if not hessian:
         return grad, None
     jacobians = []
     for j, (values, coefs_j, reads) in enumerate(zip(points, coefs, reads_block, strict=True)):
         # η(0) is often 0 (no offset term): then Jᵀ is the points at the unit vectors, a view
         dense = values[1:1 + nd] - values[0] if values[0].any() else values[1:1 + nd]
-        # the coordinates η reads at all, from its graph (:func:`coordinates_read`)
-        reads_dense = dense.any(axis=1) if layout.reads is None else layout.reads[j][layout.dense]
-        jacobians.append(_EtaJacobian(dense, coefs_j, reads_dense, reads))
+        jacobians.append(_EtaJacobian(dense, coefs_j, _reads_dense(layout, j, dense), reads))
+    return grad, _hessian(layout, owners, jacobians, terms)
+
+
+def kept_jacobian_products(layout, affine, terms, hessian):
+    """:func:`jacobian_products` with J read from kept rows (``affine``:
+    :class:`~pymc_subsample.model.affine_rows.AffineRows` of the batch's rows, in ``layout``'s
+    coordinates and blocks), not from η at the layout's points.
+    """
+    m, owners = affine.offset.shape[1], list(affine.owner)
+    grad, jacobians = np.zeros(layout.n), []
+    for j, (slot, first) in enumerate(zip(affine.slot, terms.first, strict=True)):
+        first = np.broadcast_to(first, (m,))
+        if slot >= 0:
+            dense = np.ascontiguousarray(affine.jacobian[slot].T)  # (n_dense, m), C order as the points'
+            coefs = [coef if layout.reads_block(j, i) else None for i, coef in enumerate(affine.coef[slot])]
+        else:  # the same on every row, and reading no block
+            dense = np.broadcast_to(affine.constant_jacobian[-1 - slot][:, None], (layout.dense.size, m))
+            coefs = [None] * len(layout.blocks)
+        reads = [coef is not None and bool(coef.any()) for coef in coefs]
+        grad[layout.dense] += dense @ first
+        _add_block_gradients(grad, layout, owners, coefs, reads, first)
+        jacobians.append(_EtaJacobian(dense, coefs, _reads_dense(layout, j, dense), reads))
+    return (grad, _hessian(layout, owners, jacobians, terms)) if hessian else (grad, None)
+
+
+def _add_block_gradients(grad, layout, owners, coefs, reads, first):
+    """Adds each group block's Σ_k coef_k ∂f_k by its rows' entries to ``grad``."""
+    for block, owner, coef, read in zip(layout.blocks, owners, coefs, reads, strict=True):
+        if read:  # an η that does not read the block adds nothing to its sums
+            grad[block.coords] += np.bincount(owner, coef * first, minlength=block.size)
+
+
+def _reads_dense(layout, j, dense):
+    """The dense coordinates η ``j`` reads at all, from its graph (:func:`coordinates_read`)."""
+    return dense.any(axis=1) if layout.reads is None else layout.reads[j][layout.dense]
+
+
+def _hessian(layout, owners, jacobians, terms):
+    """Σ_k J_kᵀ F''_k J_k from each η's :class:`_EtaJacobian`."""
     hess = np.zeros((layout.n, layout.n))
+    m = jacobians[0].dense.shape[1]
     for (j, k), second in terms.second.items():
-        w = np.broadcast_to(second, points[j].shape[1:])
+        w = np.broadcast_to(second, (m,))
         block = _weighted_products(layout, owners, jacobians[j], w, jacobians[k])
         hess += block if j == k else block + block.T
-    return grad, hess
+    return hess
 
 
 def _weighted_products(layout, owners, a, w, b):

@@ -22,9 +22,20 @@ from pymc_subsample.model.op_patterns import inline_symbolic_ops
 from pymc_subsample.model.streamed import StreamedRows, streamed_variables
 
 __all__ = [
-    "RowLeaf", "deterministics_over_rows", "find_row_leaves", "find_size_constants",
+    "RowBatch", "RowLeaf", "deterministics_over_rows", "find_row_leaves", "find_size_constants",
     "leaves_with_rows_off_axis", "substitute_rows",
 ]
+
+
+class RowBatch(tuple):
+    """A chunk of consecutive rows (one array per row leaf, a tuple) that knows them: ``row_range``,
+    a slice of the N, for what is kept per row (η's Jacobians) to be read by it as a view.
+    """
+
+    def __new__(cls, arrays, row_range=None):
+        batch = super().__new__(cls, arrays)
+        batch.row_range = row_range
+        return batch
 
 
 @dataclass(frozen=True)
