@@ -82,7 +82,7 @@ class PhiCoordinates:
         # (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`), which the
         # perturbed estimate in φ calls too; else on PyTensor's Python linker
         self.compiled = compiled
-        if compiled and getattr(tall, "client", None) is None:
+        if compiled and tall.client is None:
             # J of every row, kept for the passes (and the estimate in φ) in one pass: each pass
             # then reads it instead of evaluating η at the layout's points chunk by chunk
             tall.kept_affine(phi=True)
@@ -91,18 +91,21 @@ class PhiCoordinates:
     def _function(self):
         return self.view.phi.prior_and_pullback(self.tall) if self.compiled else None
 
+    def _at(self, theta):
+        """(φ(θ), log p(θ)) from the compiled function, with c = 0."""
+        phi, prior, _ = self._function(np.asarray(theta, dtype=float), np.zeros(self.view.phi.size))
+        return phi, float(prior)
+
     def value(self, theta):
         """φ(θ) flat."""
-        if self._function is None:
-            return self.view.phi.value(theta)
-        return self._function(np.asarray(theta, dtype=float), np.zeros(self.view.phi.size))[0]
+        return self.view.phi.value(theta) if self._function is None else self._at(theta)[0]
 
     def prior_and_value(self, theta):
         """(log p(θ), φ(θ))."""
         if self._function is None:
             return float(self.tall.prior_value_and_grad(theta, setup=True)[0]), self.view.phi.value(theta)
-        phi, prior, _ = self._function(np.asarray(theta, dtype=float), np.zeros(self.view.phi.size))
-        return float(prior), phi
+        phi, prior = self._at(theta)
+        return prior, phi
 
     def prior_gradient_plus_vjp(self, theta, weights):
         """∇log p(θ) + Dφ(θ)ᵀc for weights c (r,)."""

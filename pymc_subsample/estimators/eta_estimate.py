@@ -245,4 +245,3 @@ def _rows_function(tall, view, constant, prior):
     log_prior = tall.prior_graph
     return compile_function([tall.theta, *etas, *tall.batch_inputs],
                             [log_prior, tall.gradient(log_prior), value, *slopes])
-

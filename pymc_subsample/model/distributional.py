@@ -359,9 +359,9 @@ class DistributionalRegression:
         layout = self.layout(phi=True)
         if affine is not None:
             a, b = kept_jacobian_products(layout, affine, terms, hessian)
-            return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)
-        points = self.eta_components_at_phis(layout.points, batch)
-        a, b = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
+        else:
+            points = self.eta_components_at_phis(layout.points, batch)
+            a, b = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (float(np.sum(terms.value)), a, b) if hessian else (float(np.sum(terms.value)), a)
 
     def phi_gradient_sums(self, theta, batch):
