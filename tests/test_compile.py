@@ -97,8 +97,8 @@ def test_a_step_honours_its_compile_kwargs_mode():
         pm.sample(step=step, draws=3, tune=3, chains=1, progressbar=False, random_seed=1,
                   compute_convergence_checks=False)
     functions = step.target.functions.all()
-    eta = step.target._eta_perturbed  # the logistic's estimate: a function of the prior and f
-    functions += [] if eta is None else [eta.rows_function]
+    eta = step.target._eta_perturbed  # the logistic's estimate: the prior's function, f in a kernel
+    functions += [] if eta is None else [f for f in (eta.rows_function, eta.prior_function) if f is not None]
     linkers = {type(f.maker.linker) for f in functions}
     assert linkers and NumbaLinker not in linkers, linkers
 

@@ -388,7 +388,7 @@ def test_signed_potential_unbiased_with_negative_signs(gaussian_mean_tall):
 def test_a_second_target_of_the_model_takes_the_first_ones_function(logistic_setup, glm):
     """A SubsampledTarget on a second TallModel of the same model graph, at another centre, takes
     the first one's compiled estimator (kept with the tall model's functions; for the GLM, the
-    function of the prior and f of :class:`EtaPerturbedFunction`) and computes its own value: the
+    prior's function of :class:`EtaPerturbedFunction`) and computes its own value: the
     NumPy formula with its own proxy, to 1e-12."""
     tall, center = logistic_setup
     first = SubsampledTarget(tall, center, order=2, glm=glm)
@@ -400,8 +400,9 @@ def test_a_second_target_of_the_model_takes_the_first_ones_function(logistic_set
     theta = center + rng.normal(scale=0.2, size=3)
     again_sub = Subsample.gather(again, sub.idx)
     value, _, sigma2 = second.perturbed(theta, again_sub.batch)
-    if glm:
-        assert second._eta_perturbed.rows_function is first._eta_perturbed.rows_function
+    if glm:  # the logistic's rows in the package's kernel: the prior's function is the one compiled
+        assert first._eta_perturbed.prior_function is not None
+        assert second._eta_perturbed.prior_function is first._eta_perturbed.prior_function
     else:
         assert second.functions.current["perturbed"] is first.functions.current["perturbed"]
     value_np, sigma2_np = perturbed_value(second, again_sub, theta)

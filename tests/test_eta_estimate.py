@@ -3,10 +3,17 @@
 graph of the whole estimate."""
 
 import numpy as np
+import pymc as pm
 import pytest
-from test_glm_differences import block_updates, gaussian_mean
+from test_glm_differences import block_updates, effects_written_in_the_likelihood, gaussian_mean
 from zoo import build
 
+from pymc_subsample.estimators.closed_form_rows import (
+    BERNOULLI_LOGIT,
+    NORMAL,
+    NORMAL_KNOWN_SIGMA,
+    POISSON_LOG,
+)
 from pymc_subsample.estimators.eta_estimate import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import affine_rows as kept_rows
@@ -100,28 +107,72 @@ def test_kernel_gives_the_estimators_formulas(order):
     np.testing.assert_allclose(sigma2, expected[2], rtol=1e-12)
 
 
-@pytest.mark.parametrize("name, constant", [
-    ("student_t", (True, False, True)), ("linear", (False, True)), ("gaussian_mean", (True,)),
-    ("hierarchical_centred", (False, True)), ("hierarchical_noncentred", (False,)),
-    ("crossed_effects", (False,))])
-def test_target_estimate_equals_the_whole_graph(name, constant):
+def known_sigma(n, seed=0):
+    """A regression with σ = 1.5 known: a float32 constant in PyMC's graph, whose log σ f takes in float32."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    with pm.Model() as model:
+        x_ = pm.Data("x", x)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        pm.Normal("y", beta[0] + beta[1] * x_, 1.5, observed=rng.normal(0.3 + 0.8 * x, 1.5))
+    return model
+
+
+MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma}
+
+
+@pytest.mark.parametrize("name, constant, code", [
+    ("student_t", (True, False, True), None), ("negative_binomial", (True, False), None),
+    ("two_observed", (False, True, False), None), ("linear", (False, True), NORMAL),
+    ("gaussian_mean", (True,), NORMAL_KNOWN_SIGMA), ("known_sigma", (False,), NORMAL_KNOWN_SIGMA),
+    ("deterministic_potential", (False,), NORMAL_KNOWN_SIGMA), ("logistic", (False,), BERNOULLI_LOGIT),
+    ("poisson_offset", (False,), POISSON_LOG), ("hierarchical_centred", (False, True), NORMAL),
+    ("hierarchical_noncentred", (False,), BERNOULLI_LOGIT), ("crossed_effects", (False,), BERNOULLI_LOGIT)])
+def test_target_estimate_equals_the_whole_graph(name, constant, code):
     """ν and σ, the same on every row, enter f as scalars (the Gaussian mean's μ too: no η differs
     between rows); group effects a[g] (centred: in θ; non-centred and crossed: in φ(θ), with Σq in
-    φ) are read as blocks; the estimate, its gradient and σ̂² equal
-    the target's compiled graph of the whole estimate, with exact rows, after block updates, and on a
-    batch that does not know its rows."""
-    tall = TallModel(gaussian_mean(4_000) if name == "gaussian_mean" else build(name, 4_000))
+    φ) are read as blocks; rows of the families of ``closed_form_rows`` (``code``) are computed in
+    the package's kernel, the others by a compiled function of f; the estimate, its gradient and σ̂²
+    equal the target's compiled graph of the whole estimate, with exact rows, after block updates
+    (their arguments made from the last batch's), and on a batch that does not know its rows."""
+    tall = TallModel(MODELS[name](4_000) if name in MODELS else build(name, 4_000))
     rng = np.random.default_rng(1)
     center = tall.initial_theta + rng.normal(scale=0.05, size=tall.ndim)
     target, graph = SubsampledTarget(tall, center), SubsampledTarget(tall, center)
     graph.__dict__["_eta_perturbed"] = None  # the compiled graph of the whole estimate
     assert target._eta_perturbed is not None and target._eta_perturbed.constant == constant
+    closed_form = target._eta_perturbed.closed_form
+    assert (closed_form is None) == (code is None) and (code is None or closed_form.code == code)
     for sub in block_updates(tall, Subsample.gather(tall, rng.integers(0, tall.n_rows, 300)), rng, 3, 100):
         theta = center + rng.normal(scale=0.2, size=tall.ndim)
         for batch in (sub.batch, tuple(np.copy(a) for a in sub.batch)):
             for a, b in zip(target.perturbed_with_exact(theta, batch, 30, 3_000),
                             graph.perturbed_with_exact(theta, batch, 30, 3_000), strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
+def test_a_block_update_reads_only_its_new_rows(monkeypatch):
+    """A proposal's arguments, made from its parent batch's with the new block's rows read from the
+    kept ones, equal those read for all its rows by a target that has not seen the parent."""
+    tall = TallModel(effects_written_in_the_likelihood(4_000))  # blocks of J: a slope's coef x_k, owner g_k
+    rng = np.random.default_rng(2)
+    target, fresh = SubsampledTarget(tall, tall.initial_theta), SubsampledTarget(tall, tall.initial_theta)
+    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 300))
+    target.perturbed_arguments(sub.batch, 30, 3_000)
+    proposal = next(block_updates(tall, sub, rng, 2, 100))
+
+    def unexpected(batch):
+        raise AssertionError("the proposal's rows were all read again")
+
+    monkeypatch.setattr(target, "_affine_rows", unexpected)
+    made = target.perturbed_arguments(proposal.batch, 30, 3_000)
+    read = fresh.perturbed_arguments(proposal.batch, 30, 3_000)
+    assert np.ptp(read[3].coef) > 0 and np.ptp(read[3].owner) > 0
+    def flat(arguments):
+        return (*arguments[:3], *arguments[3], *arguments[4:])
+
+    for a, b in zip(flat(made), flat(read), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):

@@ -42,9 +42,10 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
+from pymc_subsample.estimators.closed_form_rows import closed_form_rows, row_differences
 from pymc_subsample.model.compile import compile_function
 
-__all__ = ["EtaPerturbedFunction", "affine_eta", "perturbed_sums"]
+__all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums"]
 
 @numba.njit(cache=True)
 def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
@@ -88,12 +89,35 @@ def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, f
     (j, l), j ≤ l, of ∂²f*; the proxy of ``order`` 0, 1 or 2; ``subsampled`` (m,) 1 for the rows
     of R, 0 for those of E; n_R; m = Σ subsampled.
     """
+    p = eta.shape[0]
+    return _sums(eta, at_eta[0] - centre[p], at_eta[1:].copy(), jacobian, coef, owner, constant_jacobian,
+                 slot, dense, first, stride, n_coords, centre, pairs, order, subsampled, n_rest, m_rest)
+
+
+@numba.njit(cache=True, fastmath=True)
+def closed_form_sums(code, eta_index, constants, y, offset, jacobian, coef, owner, constant_offset,
+                     constant_jacobian, slot, dense, first, stride, x, centre, pairs, order, subsampled,
+                     n_rest, m_rest):
+    """:func:`perturbed_sums` at coordinates ``x`` with η (:func:`affine_eta`) and f, ∂f of a
+    family of :mod:`~pymc_subsample.estimators.closed_form_rows` (``code``, ``eta_index``,
+    ``constants``, the rows' ``y``) in the same call: the estimate but for log p(θ) (and, in φ, Σq
+    and the pullback to θ).
+    """
+    eta = affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first,
+                     stride, x)
+    d, slope = row_differences(code, eta_index, constants, slot < 0, y, eta, centre)
+    return _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride,
+                 x.shape[0], centre, pairs, order, subsampled, n_rest, m_rest)
+
+
+@numba.njit(cache=True, fastmath=True)
+def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride, n_coords,
+          centre, pairs, order, subsampled, n_rest, m_rest):
+    """:func:`perturbed_sums` from d = f − f* (m,) and ∂f/∂η_j (p, m), both changed in place."""
     p, m = eta.shape
     u = eta - centre[:p]
-    f_c, df_c, d2f_c = centre[p], centre[p + 1: 2 * p + 1], centre[2 * p + 1:]
+    df_c, d2f_c = centre[p + 1: 2 * p + 1], centre[2 * p + 1:]
     # slope: ∂d_k/∂η_j = ∂f/∂η_j − ∂q_k/∂u_j; d: f − q_k
-    slope = at_eta[1:].copy()
-    d = at_eta[0] - f_c
     if order >= 1:
         for j in range(p):
             for k in range(m):
@@ -155,6 +179,11 @@ class EtaPerturbedFunction:
     the value and to g, as the target's graph of the whole estimate holds it. A second compiled
     function of θ alone gives φ(θ), log p(θ) and ∇log p(θ) + Dφ(θ)ᵀc: called with c = 0 for φ,
     then with c = g.
+
+    Rows of a family of :mod:`~pymc_subsample.estimators.closed_form_rows` (``closed_form``) need no
+    function of f: η, f and the sums are one call of :func:`closed_form_sums`, and in θ log p(θ)
+    comes from the tall model's function of the prior
+    (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`).
     """
 
     def __init__(self, target, affine):
@@ -163,10 +192,15 @@ class EtaPerturbedFunction:
         self.pairs = np.array(view.pairs, dtype=np.int64).reshape(-1, 2)
         self.constant = affine.constant
         self.in_phi = view.phi is not None
+        self.closed_form = closed_form_rows(view)
+        self.rows_function = self.phi_function = self.prior_function = None
         prior = not self.in_phi
-        key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
-        self.rows_function = tall.kept_function(key, lambda: _rows_function(tall, view, self.constant, prior))
-        self.phi_function = None
+        if self.closed_form is not None and prior:
+            self.prior_function = tall.prior_function()
+        if self.closed_form is None:
+            key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
+            self.rows_function = tall.kept_function(
+                key, lambda: _rows_function(tall, view, self.constant, prior))
         if self.in_phi:
             proxy = target.proxy
             self.n_coords = view.phi.size
@@ -181,31 +215,61 @@ class EtaPerturbedFunction:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
         :class:`~pymc_subsample.model.distributional.RowTerms`) and their
         :class:`~pymc_subsample.model.affine_rows.AffineRows` ``affine``: the rows marked 1 in
-        ``subsampled`` a subsample of ``n_rest`` rows, the others computed exactly.
+        ``subsampled`` a subsample of ``n_rest`` rows, the others computed exactly. In place of the
+        batch, the closed form's y where there is one.
         """
-        centre = np.array(terms, dtype=float)
-        return (float(n_rest), float(subsampled.sum()), subsampled, affine, tuple(batch), centre)
+        centre = np.array(terms, dtype=float)  # a copy: with_rows changes its own copy only
+        rows = tuple(batch) if self.closed_form is None else self.closed_form.y(batch)
+        return (float(n_rest), float(subsampled.sum()), subsampled, affine, rows, centre)
+
+    def with_rows(self, arguments, changed, batch, terms, kept, rows) -> tuple:
+        """:meth:`arguments` of ``batch``, made from another batch's ``arguments`` by replacing the
+        positions ``changed`` (a slice) with the rows ``rows``: their terms at θ* ``terms`` (n_terms,
+        c), their η(0) and J read from ``kept`` (the
+        :class:`~pymc_subsample.model.affine_rows.AffineRows` of all N rows).
+        """
+        n_rest, m_rest, subsampled, parent_affine, _, parent_centre = arguments
+        centre = parent_centre.copy()
+        centre[:, changed] = terms
+        replaced = {}
+        for name, axis in (("offset", 1), ("jacobian", 1), ("coef", 2), ("owner", 1)):
+            at = (slice(None),) * axis
+            replaced[name] = full = getattr(parent_affine, name).copy()
+            full[at + (changed,)] = getattr(kept, name)[at + (rows,)]
+        y = tuple(batch) if self.closed_form is None else self.closed_form.y(batch)
+        return (n_rest, m_rest, subsampled, parent_affine._replace(**replaced), y, centre)
 
     def __call__(self, theta, n_rest, m_rest, subsampled, affine, batch, centre):
-        if self.in_phi:
-            x = self.phi_function(theta, self._no_weights)[0]
+        x = self.phi_function(theta, self._no_weights)[0] if self.in_phi else theta
+        if self.closed_form is not None:
+            form = self.closed_form
+            value, grad, sigma2 = closed_form_sums(form.code, form.eta_index, form.constants, batch, *affine,
+                                                   x, centre, self.pairs, self.order, subsampled, n_rest,
+                                                   m_rest)
         else:
-            x = theta
-        eta = affine_eta(*affine, x)
-        etas = [np.array(e[0]) if c else e for e, c in zip(eta, self.constant, strict=True)]
-        if self.in_phi:
-            at_eta = self.rows_function(*etas, *batch)
-        else:
-            prior, prior_grad, *at_eta = self.rows_function(theta, *etas, *batch)
-        sparse_jacobian = (affine.jacobian, affine.coef, affine.owner, affine.constant_jacobian, affine.slot,
-                           affine.dense, affine.first, affine.stride)
-        value, grad, sigma2 = perturbed_sums(eta, *sparse_jacobian, self.n_coords, np.array(at_eta), centre,
-                                             self.pairs, self.order, subsampled, n_rest, m_rest)
+            value, grad, sigma2, prior = self._sums_from_f(theta, x, affine, batch, centre, subsampled,
+                                                           n_rest, m_rest)
         if self.in_phi:
             sum_q, sum_q_grad = _sum_q_in_phi(self.order, x, *self.sum_q)
             _, prior, grad = self.phi_function(theta, grad + sum_q_grad)
             return float(prior) + sum_q + value, grad, sigma2
+        prior, prior_grad = self.prior_function(theta) if self.closed_form is not None else prior
         return float(prior) + value, prior_grad + grad, sigma2
+
+    def _sums_from_f(self, theta, x, affine, batch, centre, subsampled, n_rest, m_rest):
+        """(value, gradient, σ̂², (log p, ∇log p) or None in φ) with f from the compiled rows function."""
+        eta = affine_eta(*affine, x)
+        etas = [np.array(e[0]) if c else e for e, c in zip(eta, self.constant, strict=True)]
+        prior = None
+        if self.in_phi:
+            at_eta = self.rows_function(*etas, *batch)
+        else:
+            log_prior, prior_grad, *at_eta = self.rows_function(theta, *etas, *batch)
+            prior = (log_prior, prior_grad)
+        sparse_jacobian = (affine.jacobian, affine.coef, affine.owner, affine.constant_jacobian, affine.slot,
+                           affine.dense, affine.first, affine.stride)
+        return (*perturbed_sums(eta, *sparse_jacobian, self.n_coords, np.array(at_eta), centre, self.pairs,
+                                self.order, subsampled, n_rest, m_rest), prior)
 
 
 def _sum_q_in_phi(order, phi, loglik_sum, phi_center, linear, quadratic):

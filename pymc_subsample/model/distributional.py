@@ -148,6 +148,17 @@ class DistributionalRegression:
             total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
 
+    def single_term(self):
+        """(random variable op, its parameters (η index or constant graph), y's graph) where the rows
+        are one observed variable on every row, not a mixture; else None.
+        """
+        if len(self._terms) != 1:
+            return None
+        op, params, observed, own_rows = self._terms[0]
+        if own_rows is not None or isinstance(op, PointMassMixture):
+            return None
+        return op, params, observed
+
     def derivative_graphs(self, etas, value):
         """f, ∂_j f and ∂_jl f (j ≤ l) at ``etas``, elementwise (rows are independent, so the
         gradient of a sum over rows is the per-row derivative); ``value``: f at ``etas``

@@ -121,12 +121,15 @@ class GraphView:
         with ``python`` on PyTensor's Python linker
         (:data:`~pymc_subsample.model.compile.PYTHON_LINKER_ARRAYS`).
         """
+        return tuple(self.prior_function(python)(self._theta(theta)))
+
+    def prior_function(self, python=False):
+        """The function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior`, in the current compile mode."""
         g = self._graphs
         graphs = [g.prior_graph, g.prior_grad_graph]
-        fn = g.functions.kept("prior_setup" if python else "prior",
-                              lambda: (compile_python([g.theta], graphs, arrays=True) if python else
-                                       compile_function([g.theta], graphs)))
-        return tuple(fn(self._theta(theta)))
+        return g.functions.kept("prior_setup" if python else "prior",
+                                lambda: (compile_python([g.theta], graphs, arrays=True) if python else
+                                         compile_function([g.theta], graphs)))
 
     def prior_hessian(self, theta, prior_grad):
         """The Hessian of log p(θ), shape (d, d): central differences of ``prior_grad(θ)``, the

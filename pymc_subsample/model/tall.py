@@ -198,6 +198,12 @@ class TallModel:
             return prior, gradient
         return self._graph.prior(theta, python=setup)
 
+    def prior_function(self):
+        """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the
+        model's dtype), in the current compile mode: for samplers that keep it and call it every step.
+        """
+        return self._graph.prior_function()
+
     @property
     def rows_streamed(self) -> bool:
         """Whether some of the rows' data are streamed from a store rather than held in memory."""

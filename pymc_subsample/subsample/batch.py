@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Batch", "Subsample"]
+__all__ = ["Batch", "RecentBatches", "Subsample"]
 
 _tokens = itertools.count()
 
@@ -34,6 +34,38 @@ class Batch(tuple):
         batch.token, batch.parent_token, batch.changed = next(_tokens), parent_token, changed
         batch.rows = rows
         return batch
+
+
+class RecentBatches:
+    """Values derived from the :attr:`size` batches used last, each under a key: a proposed subsample's
+    batch finds its parent's (the current subsample's, used by every proposal from it) by token.
+    """
+
+    size = 4
+
+    def __init__(self):
+        self._entries = []  # (batch, key, value), the one used last at the end
+
+    def get(self, batch, key):
+        """The value of ``batch`` itself under ``key``, or None."""
+        return self._use(lambda b, k: b is batch and k == key)
+
+    def parent(self, batch, key):
+        """The value under ``key`` of the batch ``batch`` was made from by a block update, or None."""
+        token = getattr(batch, "parent_token", None)
+        if token is None:
+            return None
+        return self._use(lambda b, k: getattr(b, "token", None) == token and k == key)
+
+    def put(self, batch, key, value):
+        self._entries = [*self._entries[1 - self.size:], (batch, key, value)]
+
+    def _use(self, matches):
+        for i, entry in enumerate(self._entries):
+            if matches(entry[0], entry[1]):
+                self._entries.append(self._entries.pop(i))
+                return entry[2]
+        return None
 
 
 @dataclass
