@@ -113,11 +113,14 @@ def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
     f_c = centre[p]
     if code == BERNOULLI_LOGIT:
         j = eta_index[0]
+        # softplus(x) = max(x, 0) + log(1 + e^{−|x|}): log, not log1p (measured 12% less a row), off by
+        # at most 2.2e-16 where e^{−|x|} is below the rounding of 1 + e^{−|x|}
         for k in range(m):
             x = eta[j, k]
             e = math.exp(-abs(x))
-            d[k] = y[k] * x - (max(x, 0.0) + math.log1p(e)) - f_c[k]
-            slope[j, k] = y[k] - (1.0 / (1.0 + e) if x >= 0.0 else e / (1.0 + e))
+            one = 1.0 + e
+            d[k] = y[k] * x - (max(x, 0.0) + math.log(one)) - f_c[k]
+            slope[j, k] = y[k] - (1.0 if x >= 0.0 else e) / one
     elif code == POISSON_LOG:
         j = eta_index[0]
         curvature = centre[2 * p + 1 + _pair(p, j, j)]

@@ -47,30 +47,37 @@ from pymc_subsample.model.compile import compile_function
 
 __all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums"]
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=True)
 def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
                x):
     """η (p, m) at coordinates ``x`` of :class:`~pymc_subsample.model.affine_rows.AffineRows`' arrays:
     η_k = η_k(0) + J_k x, each constant η_j on every row.
     """
-    # loops, not np.dot: as fast at these sizes, and Numba compiles them in a fraction of the time
-    m = offset.shape[1]
+    # loops, not np.dot: as fast at these sizes, and Numba compiles them in a fraction of the time;
+    # x's dense coordinates gathered once, so that the row's product is a contiguous loop LLVM
+    # vectorises (fastmath: it may reorder the sum). Measured at m = 1000, d = 31: 20.5 → 7.3 µs a call
+    m, n_dense = offset.shape[1], dense.shape[0]
+    x_dense = np.empty(n_dense)
+    for i in range(n_dense):
+        x_dense[i] = x[dense[i]]
     eta = np.empty((slot.shape[0], m))
     for j in range(slot.shape[0]):
         if slot[j] >= 0:
             v = slot[j]
             for k in range(m):
-                total = offset[v, k]
-                for i in range(dense.shape[0]):
-                    total += jacobian[v, k, i] * x[dense[i]]
+                row = jacobian[v, k]
+                total = 0.0
+                for i in range(n_dense):
+                    total += row[i] * x_dense[i]
+                total += offset[v, k]
                 for b in range(first.shape[0]):
                     total += coef[v, b, k] * x[first[b] + stride[b] * owner[b, k]]
                 eta[j, k] = total
         else:
             c = -1 - slot[j]
             total = constant_offset[c]
-            for i in range(dense.shape[0]):
-                total += constant_jacobian[c, i] * x[dense[i]]
+            for i in range(n_dense):
+                total += constant_jacobian[c, i] * x_dense[i]
             eta[j, :] = total
     return eta
 
@@ -97,17 +104,34 @@ def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, f
 @numba.njit(cache=True, fastmath=True)
 def closed_form_sums(code, eta_index, constants, y, offset, jacobian, coef, owner, constant_offset,
                      constant_jacobian, slot, dense, first, stride, x, centre, pairs, order, subsampled,
-                     n_rest, m_rest):
+                     n_rest, m_rest, sum_at_centre, x_centre, linear, quadratic):
     """:func:`perturbed_sums` at coordinates ``x`` with η (:func:`affine_eta`) and f, ∂f of a
     family of :mod:`~pymc_subsample.estimators.closed_form_rows` (``code``, ``eta_index``,
-    ``constants``, the rows' ``y``) in the same call: the estimate but for log p(θ) (and, in φ, Σq
-    and the pullback to θ).
+    ``constants``, the rows' ``y``) in the same call, plus the proxy's Σq = Σf* + AᵀΔx + ½ΔxᵀBΔx
+    (``sum_at_centre``, ``x_centre``, A = ``linear``, B = ``quadratic``, truncated at ``order``;
+    Dang et al. 2019 eq. 4.7): the estimate but for log p(θ) (and, in φ, the pullback to θ).
     """
     eta = affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first,
                      stride, x)
     d, slope = row_differences(code, eta_index, constants, slot < 0, y, eta, centre)
-    return _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride,
-                 x.shape[0], centre, pairs, order, subsampled, n_rest, m_rest)
+    value, grad, sigma2 = _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first,
+                                stride, x.shape[0], centre, pairs, order, subsampled, n_rest, m_rest)
+    value += sum_at_centre
+    if order >= 1:
+        n = x.shape[0]
+        delta = x - x_centre
+        for i in range(n):
+            value += linear[i] * delta[i]
+            grad[i] += linear[i]
+        if order == 2:
+            for i in range(n):
+                row = quadratic[i]
+                curved = 0.0
+                for t in range(n):
+                    curved += row[t] * delta[t]
+                value += 0.5 * delta[i] * curved
+                grad[i] += curved
+    return value, grad, sigma2
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -149,21 +173,28 @@ def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, 
     # ∂(value)/∂d_k: 1 on E; n_R/m − (n_R²/m²)(d_k − d̄) on R (the second from −σ̂²/2)
     c = 1.0 + subsampled * (scale - scale * scale * (d - mean) - 1.0)
     grad = np.zeros(n_coords)
+    # the dense columns' gradient summed contiguously (a loop LLVM vectorises), scattered once:
+    # measured at m = 1000, d = 31, 21 → 12 µs a call of this function
+    n_dense = dense.shape[0]
+    dense_grad = np.zeros(n_dense)
     for j in range(p):
         v = slot[j]
         if v >= 0:
             for k in range(m):
                 w = slope[j, k] * c[k]
-                for i in range(dense.shape[0]):
-                    grad[dense[i]] += w * jacobian[v, k, i]
+                row = jacobian[v, k]
+                for i in range(n_dense):
+                    dense_grad[i] += w * row[i]
                 for b in range(first.shape[0]):
                     grad[first[b] + stride[b] * owner[b, k]] += w * coef[v, b, k]
         else:
             w = 0.0
             for k in range(m):
                 w += slope[j, k] * c[k]
-            for i in range(dense.shape[0]):
-                grad[dense[i]] += w * constant_jacobian[-1 - v, i]
+            for i in range(n_dense):
+                dense_grad[i] += w * constant_jacobian[-1 - v, i]
+    for i in range(n_dense):
+        grad[dense[i]] += dense_grad[i]
     return value, grad, sigma2
 
 
@@ -201,15 +232,19 @@ class EtaPerturbedFunction:
             key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
             self.rows_function = tall.kept_function(
                 key, lambda: _rows_function(tall, view, self.constant, prior))
+        proxy = target.proxy
         if self.in_phi:
-            proxy = target.proxy
             self.n_coords = view.phi.size
-            self.sum_q = (float(proxy.loglik_sum), *(np.ascontiguousarray(v, dtype=float) for v in
-                          (proxy.phi_center, proxy.phi_grad_sum, proxy.phi_hess_sum)))
+            sums = (proxy.phi_center, proxy.phi_grad_sum, proxy.phi_hess_sum)
             self.phi_function = view.phi.prior_and_pullback(tall)
             self._no_weights = np.zeros(self.n_coords)
         else:
             self.n_coords = tall.ndim
+            sums = (proxy.center, proxy.grad_sum, proxy.hess_sum)
+        # Σq as a Taylor polynomial in the coordinates η is affine in (θ, or φ)
+        self.sum_q = (float(proxy.loglik_sum), *(np.ascontiguousarray(v, dtype=float) for v in sums))
+        #: whether the value and gradient hold the proxy's Σq (else the target adds it)
+        self.adds_sum_q = self.in_phi or self.closed_form is not None
 
     def arguments(self, batch, terms, affine, subsampled, n_rest) -> tuple:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
@@ -241,20 +276,22 @@ class EtaPerturbedFunction:
 
     def __call__(self, theta, n_rest, m_rest, subsampled, affine, batch, centre):
         x = self.phi_function(theta, self._no_weights)[0] if self.in_phi else theta
-        if self.closed_form is not None:
+        if self.closed_form is not None:  # Σq included
             form = self.closed_form
             value, grad, sigma2 = closed_form_sums(form.code, form.eta_index, form.constants, batch, *affine,
                                                    x, centre, self.pairs, self.order, subsampled, n_rest,
-                                                   m_rest)
+                                                   m_rest, *self.sum_q)
+            prior = None if self.in_phi else self.prior_function(theta)
         else:
             value, grad, sigma2, prior = self._sums_from_f(theta, x, affine, batch, centre, subsampled,
                                                            n_rest, m_rest)
+            if self.in_phi:
+                sum_q, sum_q_grad = _sum_q_in_phi(self.order, x, *self.sum_q)
+                value, grad = value + sum_q, grad + sum_q_grad
         if self.in_phi:
-            sum_q, sum_q_grad = _sum_q_in_phi(self.order, x, *self.sum_q)
-            _, prior, grad = self.phi_function(theta, grad + sum_q_grad)
-            return float(prior) + sum_q + value, grad, sigma2
-        prior, prior_grad = self.prior_function(theta) if self.closed_form is not None else prior
-        return float(prior) + value, prior_grad + grad, sigma2
+            _, prior, grad = self.phi_function(theta, grad)
+            return float(prior) + value, grad, sigma2
+        return float(prior[0]) + value, prior[1] + grad, sigma2
 
     def _sums_from_f(self, theta, x, affine, batch, centre, subsampled, n_rest, m_rest):
         """(value, gradient, σ̂², (log p, ∇log p) or None in φ) with f from the compiled rows function."""

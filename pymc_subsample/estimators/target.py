@@ -308,6 +308,15 @@ class SubsampledTarget:
         sum_q = self._sum_q()[0]
         return self.tall.prior_graph if sum_q is None else self.tall.prior_graph + sum_q
 
+    @property
+    def perturbed_adds_sum_q(self) -> bool:
+        """Whether :meth:`perturbed_function`'s value and gradient hold Σq already (else
+        :meth:`add_sum_q` adds it).
+        """
+        if self._eta_perturbed is not None:
+            return self._eta_perturbed.adds_sum_q
+        return self.proxy.sum_in_graph
+
     def add_sum_q(self, theta, value, grad):
         """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them
         (public: the step methods that call :meth:`perturbed_function` themselves add it so).
@@ -385,8 +394,9 @@ class SubsampledTarget:
         """
         arguments = self.perturbed_arguments(batch, n_exact, n_rest)
         value, grad, sigma2 = self.perturbed_function()(self._theta(theta), *arguments)
-        value, grad = self.add_sum_q(theta, value, grad)
-        return value, grad, float(sigma2)
+        if not self.perturbed_adds_sum_q:
+            value, grad = self.add_sum_q(theta, value, grad)
+        return float(value), grad, float(sigma2)
 
     def perturbed_arguments(self, batch, n_exact, n_rest) -> tuple:
         """The arguments after θ of :meth:`perturbed_function` on ``batch`` (:meth:`perturbed_with_exact`)."""

@@ -288,6 +288,7 @@ class TargetEstimate:
         self.target, self.signed = target, step.estimator == "signed"
         self.rows = len(batch[0]) if batch else 0
         self.args = None
+        self.adds_sum_q = False  # the signed function's value: Σq added by the target where not in its graph
         if self.signed:
             design = step.design
             self.m, self.a = design.m, float(design.a)
@@ -296,6 +297,7 @@ class TargetEstimate:
                 self.args = target.signed_arguments(batch, design.m, design.a, design.lam)
         else:
             self.function = target.perturbed_function()
+            self.adds_sum_q = target.perturbed_adds_sum_q
             if self.rows:
                 self.args = target.perturbed_arguments(batch, step.potential.n_exact, step.potential.n_rest)
 
@@ -304,9 +306,10 @@ class TargetEstimate:
             est = self.step.potential.estimate(theta, self.subsample)
             return est.value, est.grad, np.array([est.loglik_var, est.sign], dtype=float)
         value, grad, third = self.function(theta, *self.args)
-        value, grad = self.target.add_sum_q(theta, value, grad)
+        if not self.adds_sum_q:
+            value, grad = self.target.add_sum_q(theta, value, grad)
         if not self.signed:
-            return value, grad, np.array([float(third)])
+            return value, grad, np.array([third])
         variance, sign = block_poisson_spread_and_sign(third, self.target.n_rows, self.m, self.a)
         return value, grad, np.array([variance, float(sign)])
 
