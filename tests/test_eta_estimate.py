@@ -8,16 +8,11 @@ import pytest
 from test_glm_differences import block_updates, effects_written_in_the_likelihood, gaussian_mean
 from zoo import build
 
-from pymc_subsample.estimators.closed_form_rows import (
-    BERNOULLI_LOGIT,
-    NORMAL,
-    NORMAL_KNOWN_SIGMA,
-    POISSON_LOG,
-)
 from pymc_subsample.estimators.eta_estimate import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import affine_rows as kept_rows
 from pymc_subsample.model.affine_rows import affine_rows
+from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, NORMAL, NORMAL_KNOWN_SIGMA, POISSON_LOG
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Subsample
 

@@ -42,7 +42,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from pymc_subsample.estimators.closed_form_rows import closed_form_rows, row_differences
+from pymc_subsample.estimators.closed_form_rows import row_differences
 from pymc_subsample.model.compile import compile_function
 
 __all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums"]
@@ -223,7 +223,7 @@ class EtaPerturbedFunction:
         self.pairs = np.array(view.pairs, dtype=np.int64).reshape(-1, 2)
         self.constant = affine.constant
         self.in_phi = view.phi is not None
-        self.closed_form = closed_form_rows(view)
+        self.closed_form = view.closed_form
         self.rows_function = self.phi_function = self.prior_function = None
         prior = not self.in_phi
         if self.closed_form is not None and prior:

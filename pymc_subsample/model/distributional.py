@@ -32,6 +32,7 @@ the model's own rows, and any model it does not fit keeps the generic graph.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import applys_between, explicit_graph_inputs
 
 from pymc_subsample.families import LINKS, PYTENSOR, PointMassMixture, closed_form
+from pymc_subsample.model.closed_form import closed_form_rows
 from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compile_numpy
 from pymc_subsample.model.one_hot import (
     PointLayout,
@@ -147,6 +149,13 @@ class DistributionalRegression:
             # stacked data sets: a row holds one observed variable's density, as in the model's rows
             total = total + (term if own_rows is None else pt.switch(own_rows, term, 0.0))
         return total
+
+    @functools.cached_property
+    def closed_form(self):
+        """The rows as the package's closed-form kernel reads them
+        (:class:`~pymc_subsample.model.closed_form.ClosedFormRows`), or None.
+        """
+        return closed_form_rows(self)
 
     def single_term(self):
         """(random variable op, its parameters (η index or constant graph), y's graph) where the rows

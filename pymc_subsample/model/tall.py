@@ -182,21 +182,25 @@ class TallModel:
         compiling the prior costs more at set-up than its few calls in Python; where its rows are
         affine in a row-free φ(θ) and in memory, from the function of φ and the prior that its
         perturbed estimate compiles
-        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`).
+        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`); where its
+        rows are in memory and of a family of :mod:`~pymc_subsample.model.closed_form`, from the
+        prior's function their estimate calls (:meth:`prior_function`).
         """
         # measured: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
         # against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up; the
         # sampler's own compiled function is about 7 µs a call, the set-up function's about 50 µs
         if setup and not self.uses_eta_sums():
             return self._graph.setup_prior(theta)
-        if setup and self.regression_view.phi is not None and not self.rows_streamed:
+        view = self.regression_view
+        if setup and view.phi is not None and not self.rows_streamed:
             # rows affine in a row-free φ(θ) with data in memory: the small function of φ and the
             # prior that their estimate compiles anyway, ~5 µs a call against ~0.7 ms in Python
-            phi = self.regression_view.phi
-            _, prior, gradient = phi.prior_and_pullback(self)(np.asarray(theta, dtype=self.theta.dtype),
-                                                              np.zeros(phi.size))
+            _, prior, gradient = view.phi.prior_and_pullback(self)(np.asarray(theta, dtype=self.theta.dtype),
+                                                                   np.zeros(view.phi.size))
             return prior, gradient
-        return self._graph.prior(theta, python=setup)
+        # rows the package's kernel computes, in memory: their estimate compiles this function anyway
+        compiled = not setup or (not self.rows_streamed and view.closed_form is not None)
+        return self._graph.prior(theta, python=not compiled)
 
     def prior_function(self):
         """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the
