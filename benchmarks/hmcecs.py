@@ -233,17 +233,26 @@ def nuts_bookkeeping(step, draws):
     return per_iter, float(idata.sample_stats["n_steps"].mean())
 
 
-def marginal_seconds_per_draw(step, draws, first):
-    """(seconds per draw, the last run): runs of ``first``, ``draws`` and ``2 * draws`` draws
-    after the same 500 warm-up; the difference of the last two divided by ``draws`` is the cost of
-    one more draw, without the one-off costs that the first run pays."""
-    seconds = {}
-    for n in (first, draws, 2 * draws):
+def marginal_seconds_per_draw(step, draws, first, pairs=3):
+    """(seconds per draw, the last run): a run of ``first`` draws, then ``pairs`` pairs of runs of
+    ``draws`` and ``2 * draws`` draws, all after the same 500 warm-up; the median over the pairs of
+    their difference divided by ``draws`` is the cost of one more draw, without the one-off costs
+    that the first run pays (a single pair varied by up to 0.1 ms a draw with the other core busy).
+    The longer run's checks after warm-up (the ESS at 1600 draws) count: any run of that length pays
+    them."""
+    def seconds(n):
         t = time.perf_counter()
         idata = pm.sample(step=step, draws=n, tune=500, chains=1, random_seed=1, progressbar=False,
                           compute_convergence_checks=False)
-        seconds[n] = time.perf_counter() - t
-    return (seconds[2 * draws] - seconds[draws]) / draws, idata
+        return time.perf_counter() - t, idata
+
+    seconds(first)
+    differences = []
+    for _ in range(pairs):
+        short, _ = seconds(draws)
+        long, idata = seconds(2 * draws)
+        differences.append((long - short) / draws)
+    return float(np.median(differences)), idata
 
 
 def main(args):

@@ -12,7 +12,13 @@ from pymc_subsample.estimators.eta_estimate import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import affine_rows as kept_rows
 from pymc_subsample.model.affine_rows import affine_rows
-from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, NORMAL, NORMAL_KNOWN_SIGMA, POISSON_LOG
+from pymc_subsample.model.closed_form import (
+    BERNOULLI_LOGIT,
+    NORMAL,
+    NORMAL_KNOWN_SIGMA,
+    POISSON_LOG,
+    STUDENT_T,
+)
 from pymc_subsample.model.tall import TallModel
 from pymc_subsample.subsample.batch import Subsample
 
@@ -117,7 +123,7 @@ MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma}
 
 
 @pytest.mark.parametrize("name, constant, code", [
-    ("student_t", (True, False, True), None), ("negative_binomial", (True, False), None),
+    ("student_t", (True, False, True), STUDENT_T), ("negative_binomial", (True, False), None),
     ("two_observed", (False, True, False), None), ("linear", (False, True), NORMAL),
     ("gaussian_mean", (True,), NORMAL_KNOWN_SIGMA), ("known_sigma", (False,), NORMAL_KNOWN_SIGMA),
     ("deterministic_potential", (False,), NORMAL_KNOWN_SIGMA), ("logistic", (False,), BERNOULLI_LOGIT),
@@ -126,7 +132,7 @@ MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma}
 def test_target_estimate_equals_the_whole_graph(name, constant, code):
     """ν and σ, the same on every row, enter f as scalars (the Gaussian mean's μ too: no η differs
     between rows); group effects a[g] (centred: in θ; non-centred and crossed: in φ(θ), with Σq in
-    φ) are read as blocks; rows of the families of ``closed_form_rows`` (``code``) are computed in
+    φ) are read as blocks; rows of the families of ``model.closed_form`` (``code``) are computed in
     the package's kernel, the others by a compiled function of f; the estimate, its gradient and σ̂²
     equal the target's compiled graph of the whole estimate, with exact rows, after block updates
     (their arguments made from the last batch's), and on a batch that does not know its rows."""

@@ -1,5 +1,5 @@
 """A distributional regression's rows as the package's closed-form kernel reads them
-(:mod:`~pymc_subsample.estimators.closed_form_rows`): one observed variable of the families it
+(:func:`~pymc_subsample.estimators.eta_estimate.row_differences`): one observed variable of the families it
 computes, its y a column of the data (or that column cast as the model casts it) and every other
 parameter η or a constant.
 """
@@ -13,16 +13,17 @@ import pytensor.tensor as pt
 from pytensor.scalar import Cast
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
-from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
+from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV, StudentTRV
 
-__all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "ClosedFormRows",
+__all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T", "ClosedFormRows",
            "closed_form_rows"]
 
 #: the kernel's families, by code
-BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL = range(4)
+BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T = range(5)
 #: (random variable class, links) → kernel code
 _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POISSON_LOG,
-          (NormalRV, ("identity", None)): NORMAL_KNOWN_SIGMA, (NormalRV, ("identity", "log")): NORMAL}
+          (NormalRV, ("identity", None)): NORMAL_KNOWN_SIGMA, (NormalRV, ("identity", "log")): NORMAL,
+          (StudentTRV, ("log", "identity", "log")): STUDENT_T}
 
 
 class ClosedFormRows(NamedTuple):
