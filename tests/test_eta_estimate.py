@@ -20,7 +20,7 @@ from pymc_subsample.model.closed_form import (
     STUDENT_T,
 )
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.subsample.batch import Subsample
+from pymc_subsample.subsample.batch import RecentBatches, Subsample
 
 #: identities of graphs: full rewriting on PyTensor's Python linker (conftest.python_linker)
 pytestmark = pytest.mark.usefixtures("python_linker")
@@ -174,6 +174,24 @@ def test_a_block_update_reads_only_its_new_rows(monkeypatch):
 
     for a, b in zip(flat(made), flat(read), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_proposals_from_one_subsample_keep_finding_its_arguments(monkeypatch):
+    """Many proposals from the same current subsample (each rejected) find its arguments: the one
+    every proposal reads is the one used last, never the one dropped."""
+    tall = TallModel(build("logistic", 3_000))
+    rng = np.random.default_rng(3)
+    target = SubsampledTarget(tall, tall.initial_theta)
+    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 200))
+    target.perturbed_arguments(sub.batch, 0, 3_000)
+
+    def unexpected(batch):
+        raise AssertionError("a proposal's rows were all read again")
+
+    monkeypatch.setattr(target, "_affine_rows", unexpected)
+    for _ in range(3 * RecentBatches.size):
+        proposal = next(block_updates(tall, sub, rng, 1, 20))
+        target.perturbed_arguments(proposal.batch, 0, 3_000)
 
 
 def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):
