@@ -182,9 +182,7 @@ class TallModel:
         compiling the prior costs more at set-up than its few calls in Python; where its rows are
         affine in a row-free φ(θ) and in memory, from the function of φ and the prior that its
         perturbed estimate compiles
-        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`); where its
-        rows are in memory and of a family of :mod:`~pymc_subsample.model.closed_form`, from the
-        prior's function their estimate calls (:meth:`prior_function`).
+        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`).
         """
         # measured: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
         # against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up; the
@@ -198,9 +196,10 @@ class TallModel:
             _, prior, gradient = view.phi.prior_and_pullback(self)(np.asarray(theta, dtype=self.theta.dtype),
                                                                    np.zeros(view.phi.size))
             return prior, gradient
-        # rows the package's kernel computes, in memory: their estimate compiles this function anyway
-        compiled = not setup or (not self.rows_streamed and view.closed_form is not None)
-        return self._graph.prior(theta, python=not compiled)
+        # measured: the compiled prior here, for rows the package's kernel computes, saved 0.1 s of a
+        # warm set-up but moved the prior's Numba compilation into the set-up, where the chains of a
+        # first run on a cold cache compiled it each in parallel: the demo's set-up 0.2 → 0.8 s
+        return self._graph.prior(theta, python=setup)
 
     def prior_function(self):
         """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the
