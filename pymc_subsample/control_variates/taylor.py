@@ -19,7 +19,7 @@ import pytensor.tensor as pt
 
 from pymc_subsample.model.chunks import DEFAULT_CHUNK_SIZE, chunked_sum
 
-__all__ = ["RowFreeTaylorProxy", "TaylorProxy", "check_proxy_order", "make_proxy"]
+__all__ = ["RowFreeTaylorProxy", "TaylorProxy", "check_proxy_order", "make_proxy", "taylor_sum"]
 
 
 def check_proxy_order(order) -> int:
@@ -57,16 +57,8 @@ class TaylorProxy:
     # --------------------------------------------------------------- full sums
     def sum_value_and_grad(self, theta):
         """Σ_k q_k(θ) and its gradient A + B v (eq. 4.7), in O(d²)."""
-        v = np.asarray(theta) - self.center
-        if self.order == 0:
-            return self.loglik_sum, np.zeros_like(v)
-        value = self.loglik_sum + self.grad_sum @ v
-        grad = self.grad_sum.copy()
-        if self.order == 2:
-            bv = self.hess_sum @ v
-            value += 0.5 * v @ bv
-            grad += bv
-        return float(value), grad
+        return taylor_sum(self.order, np.asarray(theta), self.loglik_sum, self.center, self.grad_sum,
+                          self.hess_sum)
 
     def sum_value(self, theta) -> float:
         """Σ_k q_k(θ) alone, in NumPy (the set-up's checks of a point; nothing compiled)."""
@@ -258,6 +250,22 @@ def eta_differences_at_thetas(view, order, thetas, batch, at_center):
     etas, value = view.values_at_thetas(thetas, batch)
     u = [eta - eta_center for eta, eta_center in zip(etas, at_center.eta, strict=True)]
     return np.asarray(value - eta_taylor(order, at_center, u), dtype=float)
+
+
+def taylor_sum(order, x, total, center, linear, quadratic):
+    """Σ_k q_k = Σℓ* + Aᵀv + ½vᵀBv, v = x − ``center``, truncated at ``order``, and its gradient in x,
+    A + Bv (Dang et al. 2019 eq. 4.7), in NumPy: for coordinates θ (:class:`TaylorProxy`) or φ
+    (:class:`RowFreeTaylorProxy`'s sums in φ).
+    """
+    v = x - center
+    if order == 0:
+        return float(total), np.zeros_like(v)
+    value, grad = total + linear @ v, np.array(linear, dtype=float)
+    if order == 2:
+        curved = quadratic @ v
+        value += 0.5 * v @ curved
+        grad += curved
+    return float(value), grad
 
 
 def truncate(order, at_center, slope, curvature):

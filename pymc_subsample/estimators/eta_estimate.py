@@ -67,6 +67,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
+from pymc_subsample.control_variates.taylor import taylor_sum
 from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, NORMAL, NORMAL_KNOWN_SIGMA, POISSON_LOG
 from pymc_subsample.model.compile import compile_function
 
@@ -363,10 +364,9 @@ class EtaPerturbedFunction:
         else:
             self.n_coords = tall.ndim
             sums = (proxy.center, proxy.grad_sum, proxy.hess_sum)
-        # Σq as a Taylor polynomial in the coordinates η is affine in (θ, or φ)
+        # Σq as a Taylor polynomial in the coordinates η is affine in (θ, or φ): the value and gradient
+        # hold it (SubsampledTarget.perturbed_adds_sum_q)
         self.sum_q = (float(proxy.loglik_sum), *(np.ascontiguousarray(v, dtype=float) for v in sums))
-        #: whether the value and gradient hold the proxy's Σq (else the target adds it)
-        self.adds_sum_q = self.in_phi or self.closed_form is not None
 
     def arguments(self, batch, terms, affine, subsampled, n_rest) -> tuple:
         """The arguments after θ on ``batch`` with the rows' ``terms`` at θ* (flat, as
@@ -376,8 +376,7 @@ class EtaPerturbedFunction:
         batch, the closed form's y where there is one.
         """
         centre = np.array(terms, dtype=float)  # a copy: with_rows changes its own copy only
-        rows = tuple(batch) if self.closed_form is None else self.closed_form.y(batch)
-        return (float(n_rest), float(subsampled.sum()), subsampled, affine, rows, centre)
+        return (float(n_rest), float(subsampled.sum()), subsampled, affine, self._rows(batch), centre)
 
     def with_rows(self, arguments, changed, batch, terms, kept, rows) -> tuple:
         """:meth:`arguments` of ``batch``, made from another batch's ``arguments`` by replacing the
@@ -393,8 +392,11 @@ class EtaPerturbedFunction:
             at = (slice(None),) * axis
             replaced[name] = full = getattr(parent_affine, name).copy()
             full[at + (changed,)] = getattr(kept, name)[at + (rows,)]
-        y = tuple(batch) if self.closed_form is None else self.closed_form.y(batch)
-        return (n_rest, m_rest, subsampled, parent_affine._replace(**replaced), y, centre)
+        return (n_rest, m_rest, subsampled, parent_affine._replace(**replaced), self._rows(batch), centre)
+
+    def _rows(self, batch):
+        """What the estimate reads of ``batch``'s rows: the closed form's y, or every row leaf for f."""
+        return tuple(batch) if self.closed_form is None else self.closed_form.y(batch)
 
     def __call__(self, theta, n_rest, m_rest, subsampled, affine, batch, centre):
         x = self.phi_function(theta, self._no_weights)[0] if self.in_phi else theta
@@ -407,9 +409,10 @@ class EtaPerturbedFunction:
         else:
             value, grad, sigma2, prior = self._sums_from_f(theta, x, affine, batch, centre, subsampled,
                                                            n_rest, m_rest)
-            if self.in_phi:
-                sum_q, sum_q_grad = _sum_q_in_phi(self.order, x, *self.sum_q)
-                value, grad = value + sum_q, grad + sum_q_grad
+            # in NumPy: B(x − x*) is BLAS's product here, measured faster than a loop of its own
+            # kernel at r = 119 (crossed effects)
+            sum_q, sum_q_grad = taylor_sum(self.order, x, *self.sum_q)
+            value, grad = value + sum_q, grad + sum_q_grad
         if self.in_phi:
             _, prior, grad = self.phi_function(theta, grad)
             return float(prior) + value, grad, sigma2
@@ -429,21 +432,6 @@ class EtaPerturbedFunction:
                            affine.dense, affine.first, affine.stride)
         return (*perturbed_sums(eta, *sparse_jacobian, self.n_coords, np.array(at_eta), centre, self.pairs,
                                 self.order, subsampled, n_rest, m_rest), prior)
-
-
-def _sum_q_in_phi(order, phi, loglik_sum, phi_center, linear, quadratic):
-    """Σ_k q_k = Σf* + AᵀΔφ + ½ΔφᵀBΔφ, truncated at ``order``, and its gradient in φ, A + BΔφ
-    (:class:`~pymc_subsample.control_variates.taylor.RowFreeTaylorProxy`).
-    """
-    # in NumPy: as a loop in a Numba kernel, 1 µs less at r = 21 and several more at r = 119, where
-    # BΔφ is BLAS's matrix-vector product here
-    if order == 0:
-        return loglik_sum, np.zeros_like(phi)
-    delta = phi - phi_center
-    if order == 1:
-        return loglik_sum + linear @ delta, linear
-    curved = quadratic @ delta
-    return loglik_sum + linear @ delta + 0.5 * delta @ curved, linear + curved
 
 
 def _rows_function(tall, view, constant, prior):

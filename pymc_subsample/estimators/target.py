@@ -84,7 +84,6 @@ class SubsampledTarget:
         #: whether :meth:`laplace_precision` is the identity it falls back to (no Laplace precision)
         self.laplace_fallback = False
         self._batch_terms = None  # (batch, its rows' terms at θ*): the last batch the η path saw
-        self._batch_affine = None  # (batch, its rows' η(0) and J): the last batch the η kernel saw
         self._recent_arguments = RecentBatches()  # the η kernel's arguments of the last few batches
         self._sum_q_parts = None  # (Σq's graph, its inputs, their values) where the proxy has one
 
@@ -192,7 +191,7 @@ class SubsampledTarget:
     def __getstate__(self):
         # a chain's process computes the kept terms again (one pass) rather than receive up to
         # KEPT_TERMS_MAX_VALUES values through a pipe
-        state = dict(self.__dict__, _batch_terms=None, _batch_affine=None, _recent_arguments=RecentBatches())
+        state = dict(self.__dict__, _batch_terms=None, _recent_arguments=RecentBatches())
         for kept in ("_kept_terms", "_eta_perturbed"):
             state.pop(kept, None)
         return state
@@ -214,18 +213,24 @@ class SubsampledTarget:
         if last is not None and last[0] is batch:  # every leapfrog step of an iteration
             return last[1]
         rows = getattr(batch, "rows", None)
-        if rows is not None and self._kept_terms is not None:
-            terms = [t[rows] for t in self._kept_terms]
-        elif last is not None and getattr(batch, "parent_token", None) == getattr(last[0], "token", -1):
+        parent_token = getattr(batch, "parent_token", None)
+        from_parent = last is not None and parent_token == getattr(last[0], "token", -1)
+        if from_parent and (rows is None or self._kept_terms is None):
             changed = batch.changed
-            terms = [t.copy() for t in last[1]]
-            fresh = self.glm.row_terms(self.center, tuple(a[changed] for a in batch)).flat()
-            for t, new in zip(terms, fresh, strict=True):
-                t[changed] = new
+            terms = last[1].copy()
+            terms[:, changed] = self._row_terms(tuple(a[changed] for a in batch))
         else:
-            terms = [np.asarray(t) for t in self.glm.row_terms(self.center, batch).flat()]
+            terms = self._row_terms(batch, rows)
         self._batch_terms = (batch, terms)
         return terms
+
+    def _row_terms(self, batch, rows=None) -> np.ndarray:
+        """The terms at θ* (n_terms, m) of the rows of ``batch``: read from the kept ones by their row
+        indices ``rows`` where both are there, else computed.
+        """
+        if rows is not None and self._kept_terms is not None:
+            return self._kept_terms[:, rows]
+        return np.array(self.glm.row_terms(self.center, batch).flat(), dtype=float)
 
     def terms_kept(self) -> bool:
         """Whether the rows' terms at θ* are kept for all N rows already (:meth:`_kept_terms`): a pass
@@ -282,18 +287,14 @@ class SubsampledTarget:
     def _affine_rows(self, batch):
         """η_k(0) and J_k of the rows of ``batch``
         (:class:`~pymc_subsample.model.affine_rows.AffineRows`): read from the kept ones by
-        the batch's row indices, or computed where it has none; kept for the last batch seen.
+        the batch's row indices, or computed where it has none (the arguments they go into are kept
+        per batch, :meth:`_eta_arguments`).
         """
-        last = self._batch_affine
-        if last is not None and last[0] is batch:
-            return last[1]
         rows = getattr(batch, "rows", None)
         if rows is not None:
-            affine = self._kept_affine.rows(rows)
-        else:  # a batch without row indices: its own, the η_j constant over all rows as kept
-            affine = self._kept_affine.with_rows(*self.glm.sparse_affine(batch, phi=self.glm.phi is not None))
-        self._batch_affine = (batch, affine)
-        return affine
+            return self._kept_affine.rows(rows)
+        # a batch without row indices: its own, the η_j constant over all rows as kept
+        return self._kept_affine.with_rows(*self.glm.sparse_affine(batch, phi=self.glm.phi is not None))
 
     def _sum_q(self):
         """(Σ_k q_k(θ) as a graph or None, its inputs, their values): the proxy's
@@ -310,12 +311,10 @@ class SubsampledTarget:
 
     @property
     def perturbed_adds_sum_q(self) -> bool:
-        """Whether :meth:`perturbed_function`'s value and gradient hold Σq already (else
-        :meth:`add_sum_q` adds it).
+        """Whether :meth:`perturbed_function`'s value and gradient hold Σq already (the η estimate's
+        always do; else :meth:`add_sum_q` adds it).
         """
-        if self._eta_perturbed is not None:
-            return self._eta_perturbed.adds_sum_q
-        return self.proxy.sum_in_graph
+        return self._eta_perturbed is not None or self.proxy.sum_in_graph
 
     def add_sum_q(self, theta, value, grad):
         """(value, grad) of a compiled call plus Σq and its gradient, unless the graph held them
@@ -423,11 +422,7 @@ class SubsampledTarget:
         if parent is not None and rows is not None:
             changed = batch.changed
             new_rows = rows[changed]
-            if self._kept_terms is not None:
-                terms = self._kept_terms[:, new_rows]
-            else:
-                part = tuple(a[changed] for a in batch)
-                terms = np.array(self.glm.row_terms(self.center, part).flat())
+            terms = self._row_terms(tuple(a[changed] for a in batch), new_rows)
             arguments = self._eta_perturbed.with_rows(parent, changed, batch, terms, self._kept_affine,
                                                       new_rows)
         else:
