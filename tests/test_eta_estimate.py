@@ -65,7 +65,7 @@ def _dense_jacobian(affine, n_coords):
     jacobian = np.zeros((len(affine.slot), n, n_coords))
     for j, v in enumerate(affine.slot):
         if v >= 0:
-            jacobian[j][:, affine.dense] = affine.jacobian[v]
+            jacobian[j][:, affine.dense] = affine.jacobian[v].T
             for b, (first, stride) in enumerate(zip(affine.first, affine.stride, strict=True)):
                 jacobian[j, np.arange(n), first + stride * affine.owner[b]] += affine.coef[v, b]
         else:
@@ -263,7 +263,7 @@ def test_an_eta_the_same_on_the_first_rows_only_is_kept_per_row():
     offset, jacobian = view.eta_offset_and_jacobian(tall.row_slice(0, tall.n_rows))
     assert kept.constant == (False,)
     np.testing.assert_array_equal(kept.offset, offset.T)
-    np.testing.assert_array_equal(kept.jacobian, np.moveaxis(jacobian, 1, 0))
+    np.testing.assert_array_equal(kept.jacobian, np.transpose(jacobian, (1, 2, 0)))
 
 
 def test_the_kernels_elementary_functions_agree_with_numpy():

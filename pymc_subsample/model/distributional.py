@@ -266,8 +266,8 @@ class DistributionalRegression:
     def sparse_affine(self, batch, phi=False):
         """η's exact affine map over ``batch`` in θ (or in φ) in :meth:`layout`'s form, from η at its
         points (one vectorised call): (η_k(0) (p, m), ∂η_k along the layout's dense coordinates
-        (p, m, n_dense), each block's coefficient (p, n_blocks, m), each block's entry per row
-        (n_blocks, m)). Row k's η_j is η_jk(0) + Σ_c J_jkc x_dense[c] + Σ_b coef_jbk x_b[owner_bk], x
+        (p, n_dense, m), each block's coefficient (p, n_blocks, m), each block's entry per row
+        (n_blocks, m)). Row k's η_j is η_jk(0) + Σ_c J_jck x_dense[c] + Σ_b coef_jbk x_b[owner_bk], x
         θ (or φ).
         """
         layout = self.layout(phi=phi)
@@ -275,7 +275,7 @@ class DistributionalRegression:
         values = at_points(layout.points, batch)  # one (k, m) array per η
         n_dense, m = layout.dense.size, values[0].shape[1]
         offset = np.stack([v[0] for v in values])
-        jacobian = np.stack([(v[1:1 + n_dense] - v[0]).T for v in values])
+        jacobian = np.stack([v[1:1 + n_dense] - v[0] for v in values])
         coef = np.stack([v[1 + n_dense:] - v[0] for v in values])
         owner = np.array(layout.owners(batch), dtype=np.int64).reshape(len(layout.blocks), m)
         return offset, jacobian, coef, owner

@@ -317,7 +317,7 @@ def kept_jacobian_products(layout, affine, terms, hessian):
     for j, (slot, first) in enumerate(zip(affine.slot, terms.first, strict=True)):
         first = np.broadcast_to(first, (m,))
         if slot >= 0:
-            dense = np.ascontiguousarray(affine.jacobian[slot].T)  # (n_dense, m), C order as the points'
+            dense = np.ascontiguousarray(affine.jacobian[slot])  # (n_dense, m), C order as the points'
             coefs = [coef if layout.reads_block(j, i) else None for i, coef in enumerate(affine.coef[slot])]
         else:  # the same on every row, and reading no block
             dense = np.broadcast_to(affine.constant_jacobian[-1 - slot][:, None], (layout.dense.size, m))
