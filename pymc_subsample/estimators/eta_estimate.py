@@ -71,7 +71,8 @@ from pymc_subsample.control_variates.taylor import taylor_sum
 from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, NORMAL, NORMAL_KNOWN_SIGMA, POISSON_LOG
 from pymc_subsample.model.compile import compile_function
 
-__all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums", "row_differences"]
+__all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums", "replace_rows",
+           "row_differences"]
 
 @numba.njit(cache=True, fastmath=True)
 def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
@@ -216,6 +217,32 @@ def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, 
             for i in range(dense.shape[0]):
                 grad[dense[i]] += total * constant_jacobian[-1 - v, i]
     return value, grad, sigma2
+
+
+@numba.njit(cache=True)
+def replace_rows(offset, jacobian, coef, owner, centre, kept_offset, kept_jacobian, kept_coef, kept_owner,
+                 terms, rows, start):
+    """Copies of a batch's η(0), J, block coefficients, block entries (as
+    :class:`~pymc_subsample.model.affine_rows.AffineRows`) and terms at θ* ``centre``, with the
+    positions from ``start`` on holding the kept rows ``rows`` (of a
+    :class:`~pymc_subsample.model.affine_rows.KeptAffineRows`) and their ``terms`` (n_terms,
+    len(rows)): a block update's proposal in one call.
+    """
+    offset, jacobian, coef, owner = offset.copy(), jacobian.copy(), coef.copy(), owner.copy()
+    centre = centre.copy()
+    for t in range(rows.shape[0]):
+        k, r = start + t, rows[t]
+        for v in range(offset.shape[0]):
+            offset[v, k] = kept_offset[v, r]
+            for i in range(jacobian.shape[1]):
+                jacobian[v, i, k] = kept_jacobian[v, r, i]
+            for b in range(coef.shape[1]):
+                coef[v, b, k] = kept_coef[v, b, r]
+        for b in range(owner.shape[0]):
+            owner[b, k] = kept_owner[b, r]
+        for j in range(centre.shape[0]):
+            centre[j, k] = terms[j, t]
+    return offset, jacobian, coef, owner, centre
 
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -465,15 +492,17 @@ class EtaPerturbedFunction:
         c), their η(0) and J read from ``kept`` (the
         :class:`~pymc_subsample.model.affine_rows.AffineRows` of all N rows).
         """
-        n_rest, m_rest, subsampled, parent_affine, _, parent_centre = arguments
-        centre = parent_centre.copy()
-        centre[:, changed] = terms
-        replaced = {}
-        for name, axis in (("offset", 1), ("jacobian", 2), ("coef", 2), ("owner", 1)):
-            at = (slice(None),) * axis
-            replaced[name] = full = getattr(parent_affine, name).copy()
-            full[at + (changed,)] = getattr(kept, name)[at + (rows,)]
-        return (n_rest, m_rest, subsampled, parent_affine._replace(**replaced), self._rows(batch), centre)
+        n_rest, m_rest, subsampled, parent, parent_y, parent_centre = arguments
+        offset, jacobian, coef, owner, centre = replace_rows(
+            parent.offset, parent.jacobian, parent.coef, parent.owner, parent_centre, kept.offset,
+            kept.jacobian, kept.coef, kept.owner, np.ascontiguousarray(terms, dtype=float),
+            np.asarray(rows, dtype=np.int64), changed.start)
+        affine = parent._replace(offset=offset, jacobian=jacobian, coef=coef, owner=owner)
+        if self.closed_form is None:
+            return (n_rest, m_rest, subsampled, affine, self._rows(batch), centre)
+        y = parent_y.copy()  # the changed rows' y only, cast as the model casts them
+        y[changed] = self.closed_form.y(tuple(column[changed] for column in batch))
+        return (n_rest, m_rest, subsampled, affine, y, centre)
 
     def _rows(self, batch):
         """What the estimate reads of ``batch``'s rows: the closed form's y, or every row leaf for f."""

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["KEPT_AFFINE_MAX_VALUES", "AffineRows", "affine_rows", "kept_affine_rows"]
+__all__ = ["KEPT_AFFINE_MAX_VALUES", "AffineRows", "KeptAffineRows", "affine_rows", "kept_affine_rows"]
 
 #: η's offsets and Jacobians of all N rows, (d + 1) values a row for each η_j that differs between
 #: rows, are kept up to this many values (320 MB): 10⁶ rows of a logistic regression with d = 30 fit
@@ -41,7 +41,7 @@ class AffineRows(NamedTuple):
     column a row: the estimate's loops then run along the rows, contiguous, which LLVM vectorises
     without reordering a sum (η_j += x_c J_jc·) and, for the gradient, as long sums (measured at
     m = 1000: the closed-form estimate 20.9 → 14.2 µs at d = 31, 11.6 → 8.1 µs at d = 4, against J_k
-    a row).
+    a row). The rows of all N (:class:`KeptAffineRows`) hold J a row a row instead.
     """
 
     offset: np.ndarray
@@ -71,13 +71,27 @@ class AffineRows(NamedTuple):
         set's η_j constant as such.
         """
         varying = ~np.array(self.constant)
-        return self._replace(offset=np.ascontiguousarray(offset[varying]),
+        return AffineRows(*self)._replace(offset=np.ascontiguousarray(offset[varying]),
                              jacobian=np.ascontiguousarray(jacobian[varying]),
                              coef=np.ascontiguousarray(coef[varying]), owner=np.ascontiguousarray(owner))
 
 
-def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) -> AffineRows | None:
-    """:class:`AffineRows` of every row in θ (or in φ), from ``slices(start, stop)`` chunk by chunk,
+class KeptAffineRows(AffineRows):
+    """:class:`AffineRows` of all N rows, with ``jacobian`` (p_v, N, n_dense): J_k a row. A block
+    update reads a few rows by index, each then one contiguous read, where the columns of a batch's
+    layout would make each row n_dense reads far apart; :meth:`rows` gives a batch's layout.
+    """
+
+    def rows(self, rows) -> AffineRows:
+        """:class:`AffineRows` of the rows ``rows`` (indices, or a slice)."""
+        return AffineRows(*self)._replace(
+            offset=np.ascontiguousarray(self.offset[:, rows]),
+            jacobian=np.ascontiguousarray(self.jacobian[:, rows].transpose(0, 2, 1)),
+            coef=np.ascontiguousarray(self.coef[:, :, rows]), owner=np.ascontiguousarray(self.owner[:, rows]))
+
+
+def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) -> KeptAffineRows | None:
+    """:class:`KeptAffineRows` of every row in θ (or in φ), from ``slices(start, stop)`` chunk by chunk,
     or None where they would hold more than :data:`KEPT_AFFINE_MAX_VALUES` values.
 
     The η_j the same on every row of the first chunk, reading no group block, are taken as constant
@@ -99,7 +113,7 @@ def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) 
             p_varying = p - int(constant.sum())
             if (p_varying * (1 + n_dense + n_blocks) + n_blocks) * n_rows > KEPT_AFFINE_MAX_VALUES:
                 return None
-            arrays = (np.empty((p_varying, n_rows)), np.empty((p_varying, n_dense, n_rows)),
+            arrays = (np.empty((p_varying, n_rows)), np.empty((p_varying, n_rows, n_dense)),
                       np.empty((p_varying, n_blocks, n_rows)), np.empty((n_blocks, n_rows), dtype=np.int64))
         else:
             same = _same_on_every_row(offset[constant], jacobian[constant], coef[constant], constant_offset,
@@ -109,12 +123,12 @@ def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) 
                 differs[np.flatnonzero(constant)[~same]] = True
                 return kept_affine_rows(view, n_rows, slices, chunk_size, phi=phi, varying=differs)
         arrays[0][:, start:stop] = offset[~constant]
-        arrays[1][:, :, start:stop] = jacobian[~constant]
+        arrays[1][:, start:stop] = jacobian[~constant].transpose(0, 2, 1)
         arrays[2][:, :, start:stop] = coef[~constant]
         arrays[3][:, start:stop] = owner
     first = np.array([block.start + block.offset for block in layout.blocks], dtype=np.int64)
     stride = np.array([block.stride for block in layout.blocks], dtype=np.int64)
-    return AffineRows(*arrays, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
+    return KeptAffineRows(*arrays, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
                       _slots(constant), layout.dense.astype(np.int64), first, stride)
 
 
