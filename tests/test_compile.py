@@ -18,6 +18,7 @@ from pymc_subsample.model.compile import (
     compile_numpy,
     compile_python,
     current_mode,
+    direct_call,
     runs_on_numpy,
 )
 
@@ -40,6 +41,23 @@ def test_compiled_function_matches_numpy_in_the_default_numba_mode():
     assert isinstance(function.maker.linker, NumbaLinker)
     np.testing.assert_allclose(function(values), _expected(values), rtol=1e-12)
     np.testing.assert_allclose(compile_python([x], y)(values), _expected(values), rtol=1e-12)
+
+
+def test_direct_call_is_the_numba_function_only_where_it_takes_and_gives_the_same():
+    """A Numba-linked function of its inputs alone is called as its Numba function, with the same
+    outputs; one reading a shared variable, or with updates, stays the function itself."""
+    x = pt.vector("x", dtype="float64")
+    plain = pytensor.function([x], [pt.softplus(x).sum(), pt.sigmoid(x)], mode="NUMBA", trust_input=True)
+    direct = direct_call(plain)
+    assert direct is not plain
+    value = np.array([-1.0, 0.5, 3.0])
+    for got, expected in zip(direct(value), plain(value), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    shared = pytensor.shared(np.ones(3))
+    reads_shared = pytensor.function([x], [(x * shared).sum()], mode="NUMBA")
+    counter = pytensor.shared(0.0)
+    updates = pytensor.function([x], [x.sum()], mode="NUMBA", updates={counter: counter + 1.0})
+    assert direct_call(reads_shared) is reads_shared and direct_call(updates) is updates
 
 
 def test_a_numpy_function_computes_softplus_and_trigamma_over_whole_arrays():

@@ -72,7 +72,7 @@ import pytensor.tensor as pt
 
 from pymc_subsample.control_variates.taylor import taylor_sum
 from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, NORMAL, NORMAL_KNOWN_SIGMA, POISSON_LOG
-from pymc_subsample.model.compile import compile_function
+from pymc_subsample.model.compile import compile_function, direct_call
 
 __all__ = ["EtaPerturbedFunction", "affine_eta", "closed_form_sums", "perturbed_sums", "replace_rows",
            "row_differences"]
@@ -449,7 +449,7 @@ class EtaPerturbedFunction:
         self.rows_function = self.phi_function = self.prior_function = None
         prior = not self.in_phi
         if self.closed_form is not None and prior:
-            self.prior_function = tall.prior_function()
+            self.prior_function = direct_call(tall.prior_function())
         if self.closed_form is None:
             key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
             self.rows_function = tall.kept_function(
