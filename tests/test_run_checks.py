@@ -23,6 +23,20 @@ def test_ess_fraction_matches_ar1_theory():
     assert abs(frac - (1 - 0.9) / 1.9) < 0.012
 
 
+def test_a_monitor_keeps_only_the_stats_its_checks_read():
+    """Checks that say what they read: the monitor keeps those stats alone; one that does not say
+    (``reads`` None) makes it keep every scalar stat."""
+    from pymc_subsample.diagnostics.run_checks import RunCheck
+
+    named = RunMonitor([ess_check("Step", "x"), mean_check("acc", "accept", lambda v: v < 0.05, "low")])
+    named.record(np.zeros(2), {"accept": 0.5, "energy": 1.0, "tree_depth": 3})
+    assert set(named.stats) == {"accept"}
+    custom = RunCheck("custom", lambda thetas, stats: len(stats), lambda v: False, "never")
+    every = RunMonitor([ess_check("Step", "x"), custom])
+    every.record(np.zeros(2), {"accept": 0.5, "energy": 1.0})
+    assert set(every.stats) == {"accept", "energy"}
+
+
 def test_monitor_checks_at_doubling_checkpoints_and_warns_once():
     monitor = RunMonitor([ess_check("Step", "Run more draws.")])
     sticky = ar1_draws(0.999, 800)

@@ -32,6 +32,8 @@ class RunCheck:
     statistic: Callable[[np.ndarray, dict], float]
     fails: Callable[[float], bool]
     message: str
+    #: the sampler stats ``statistic`` reads (None: any of them), so that a monitor keeps only those
+    reads: tuple[str, ...] | None = None
 
 
 def min_ess_fraction(thetas, stats=None) -> float:
@@ -66,6 +68,7 @@ def ess_check(step_name: str, remedy: str, fraction: float = 0.01) -> RunCheck:
         "ess", min_ess_fraction, lambda v: v < fraction,
         f"{step_name}: the effective sample size is {{value:.2%}} of the {{draws}} draws after warm-up "
         f"(below {fraction:.0%}), so the chain barely moves and its means are unreliable. {remedy}",
+        reads=(),
     )
 
 
@@ -77,7 +80,7 @@ def mean_check(name: str, key: str, fails: Callable[[float], bool], message: str
         values = values[np.isfinite(values)]
         return float(values.mean()) if values.size else float("nan")
 
-    return RunCheck(name, statistic, lambda v: bool(np.isfinite(v) and fails(v)), message)
+    return RunCheck(name, statistic, lambda v: bool(np.isfinite(v) and fails(v)), message, reads=(key,))
 
 
 def drift_check(step_name: str, reference_draws, remedy: str, threshold: float = 20.0) -> RunCheck | None:
@@ -113,6 +116,7 @@ def drift_check(step_name: str, reference_draws, remedy: str, threshold: float =
         f"deviations or more from where the chain ended its warm-up (over {reference_draws.shape[0]} "
         f"draws; above {threshold:g}): the chain has left the region where its estimator was tuned, and "
         f"its draws are likely wrong. {remedy}",
+        reads=(),
     )
 
 
@@ -129,10 +133,15 @@ class RunMonitor:
         self.stats: dict[str, list] = {}
         self.next_check = int(first_check)
         self.warned: set[str] = set()
+        # the stats some check reads, or None for all of them (23 stats kept: 6.3 µs a draw, 2: 1.9 µs)
+        reads = [check.reads for check in self.checks]
+        self.kept = None if any(r is None for r in reads) else frozenset(k for r in reads for k in r)
 
     def record(self, theta, stats: dict):
         self.thetas.append(np.array(theta, dtype=float))
         for key, value in stats.items():
+            if self.kept is not None and key not in self.kept:
+                continue
             # scalars only (a NumPy scalar is 0-d; arrays are not np.number): no np.ndim per stat
             if isinstance(value, (int, float, bool, np.number, np.bool_)):
                 self.stats.setdefault(key, []).append(float(value))
