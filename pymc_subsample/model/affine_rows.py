@@ -30,8 +30,8 @@ class AffineRows(NamedTuple):
 
     - the η_j that differ between rows: ``offset`` (p_v, n); ``jacobian`` (p_v, n_dense, n), J's
       columns of the coordinates ``dense``, each a row of the array; per group block b, ``coef``
-      (p_v, n_b, n) and ``owner``
-      (n_b, n): row k reads coordinate ``first[b] + stride[b] · owner[b, k]`` times ``coef``;
+      (p_v, n_b, n) and ``owner`` (n_b, n): row k reads coordinate ``first[b] + stride[b] ·
+      owner[b, k]`` times ``coef``;
     - those the same on every row (a scale, a shape), once: ``constant_offset`` (p_c,) and
       ``constant_jacobian`` (p_c, n_dense); they read no block;
     - ``slot`` (p,): η_j's row among the former (≥ 0), or −1 − its row among the latter.
@@ -72,8 +72,9 @@ class AffineRows(NamedTuple):
         """
         varying = ~np.array(self.constant)
         return AffineRows(*self)._replace(offset=np.ascontiguousarray(offset[varying]),
-                             jacobian=np.ascontiguousarray(jacobian[varying]),
-                             coef=np.ascontiguousarray(coef[varying]), owner=np.ascontiguousarray(owner))
+                                          jacobian=np.ascontiguousarray(jacobian[varying]),
+                                          coef=np.ascontiguousarray(coef[varying]),
+                                          owner=np.ascontiguousarray(owner))
 
 
 class KeptAffineRows(AffineRows):
@@ -129,7 +130,7 @@ def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) 
     first = np.array([block.start + block.offset for block in layout.blocks], dtype=np.int64)
     stride = np.array([block.stride for block in layout.blocks], dtype=np.int64)
     return KeptAffineRows(*arrays, constant_offset.copy(), np.ascontiguousarray(constant_jacobian),
-                      _slots(constant), layout.dense.astype(np.int64), first, stride)
+                          _slots(constant), layout.dense.astype(np.int64), first, stride)
 
 
 def _same_on_every_row(offset, jacobian, coef, offset_value, jacobian_value):
