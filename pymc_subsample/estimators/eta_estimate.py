@@ -474,22 +474,19 @@ class EtaPerturbedFunction:
         ``subsampled`` a subsample of ``n_rest`` rows, the others computed exactly. In place of the
         batch, the closed form's y where there is one.
         """
-        # a C-ordered copy: with_rows changes its own copy only, and the kernels read a row of it at a time
-        # (the terms come transposed; read in F order the closed form took 29 µs, not 14, at m = 1000)
-        centre = np.array(terms, dtype=float, order="C")
+        centre = np.array(terms, dtype=float, order="C")  # a copy: with_rows changes its own copy only
         return (float(n_rest), float(subsampled.sum()), subsampled, affine, self._rows(batch), centre)
 
     def with_rows(self, arguments, changed, batch, terms, kept, rows) -> tuple:
         """:meth:`arguments` of ``batch``, made from another batch's ``arguments`` by replacing the
         positions ``changed`` (a slice) with the rows ``rows``: their terms at θ* ``terms`` (n_terms,
         c), their η(0) and J read from ``kept`` (the
-        :class:`~pymc_subsample.model.affine_rows.AffineRows` of all N rows).
+        :class:`~pymc_subsample.model.affine_rows.KeptAffineRows` of all N rows).
         """
         n_rest, m_rest, subsampled, parent, parent_y, parent_centre = arguments
         offset, jacobian, coef, owner, centre = replace_rows(
             parent.offset, parent.jacobian, parent.coef, parent.owner, parent_centre, kept.offset,
-            kept.jacobian, kept.coef, kept.owner, np.ascontiguousarray(terms, dtype=float),
-            np.asarray(rows, dtype=np.int64), changed.start)
+            kept.jacobian, kept.coef, kept.owner, terms, np.asarray(rows, dtype=np.int64), changed.start)
         affine = parent._replace(offset=offset, jacobian=jacobian, coef=coef, owner=owner)
         if self.closed_form is None:
             return (n_rest, m_rest, subsampled, affine, self._rows(batch), centre)

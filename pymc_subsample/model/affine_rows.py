@@ -59,23 +59,6 @@ class AffineRows(NamedTuple):
     def constant(self) -> tuple:
         return tuple(bool(s < 0) for s in self.slot)
 
-    def rows(self, rows) -> AffineRows:
-        """The same of the rows ``rows`` (indices into these)."""
-        return self._replace(offset=np.ascontiguousarray(self.offset[:, rows]),
-                             jacobian=np.ascontiguousarray(self.jacobian[:, :, rows]),
-                             coef=np.ascontiguousarray(self.coef[:, :, rows]),
-                             owner=np.ascontiguousarray(self.owner[:, rows]))
-
-    def with_rows(self, offset, jacobian, coef, owner) -> AffineRows:
-        """These with the rows of a batch's :meth:`sparse_affine` arrays (every η_j), read with this
-        set's η_j constant as such.
-        """
-        varying = ~np.array(self.constant)
-        return AffineRows(*self)._replace(offset=np.ascontiguousarray(offset[varying]),
-                                          jacobian=np.ascontiguousarray(jacobian[varying]),
-                                          coef=np.ascontiguousarray(coef[varying]),
-                                          owner=np.ascontiguousarray(owner))
-
 
 class KeptAffineRows(AffineRows):
     """:class:`AffineRows` of all N rows, with ``jacobian`` (p_v, N, n_dense): J_k a row. A block
@@ -89,6 +72,16 @@ class KeptAffineRows(AffineRows):
             offset=np.ascontiguousarray(self.offset[:, rows]),
             jacobian=np.ascontiguousarray(self.jacobian[:, rows].transpose(0, 2, 1)),
             coef=np.ascontiguousarray(self.coef[:, :, rows]), owner=np.ascontiguousarray(self.owner[:, rows]))
+
+    def with_rows(self, offset, jacobian, coef, owner) -> AffineRows:
+        """:class:`AffineRows` of a batch from its :meth:`sparse_affine` arrays (every η_j), read with
+        the η_j constant over all N rows as such.
+        """
+        varying = ~np.array(self.constant)
+        return AffineRows(*self)._replace(offset=np.ascontiguousarray(offset[varying]),
+                                          jacobian=np.ascontiguousarray(jacobian[varying]),
+                                          coef=np.ascontiguousarray(coef[varying]),
+                                          owner=np.ascontiguousarray(owner))
 
 
 def kept_affine_rows(view, n_rows, slices, chunk_size, phi=False, varying=None) -> KeptAffineRows | None:

@@ -98,7 +98,7 @@ class TallModel:
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
-        self._kept_affine = {}  # in θ (False) or φ (True): kept_affine's AffineRows or None
+        self._kept_affine = {}  # in θ (False) or φ (True): kept_affine's KeptAffineRows or None
         self.pass_memo = None  # full passes' sums by (fn, chunk size, θ) while set-up remembers them
 
     @property
