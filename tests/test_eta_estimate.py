@@ -194,6 +194,21 @@ def test_proposals_from_one_subsample_keep_finding_its_arguments(monkeypatch):
         target.perturbed_arguments(proposal.batch, 0, 3_000)
 
 
+def test_the_kernels_arguments_are_c_ordered():
+    """The rows' terms at θ* and J reach the closed-form kernel C-ordered, read afresh and made from a
+    parent's by a block update: its loops read one term of every row at a time, and one layout is one
+    Numba compilation of the kernel."""
+    tall = TallModel(build("logistic", 3_000))
+    rng = np.random.default_rng(4)
+    target = SubsampledTarget(tall, tall.initial_theta)
+    sub = Subsample.gather(tall, rng.integers(0, tall.n_rows, 200))
+    fresh = target.perturbed_arguments(sub.batch, 0, 3_000)
+    proposed = target.perturbed_arguments(next(block_updates(tall, sub, rng, 1, 20)).batch, 0, 3_000)
+    for arguments in (fresh, proposed):
+        *_, affine, y, centre = arguments
+        assert centre.flags.c_contiguous and affine.jacobian.flags.c_contiguous and y.flags.c_contiguous
+
+
 def test_rows_beyond_the_kept_limit_keep_the_whole_graph(monkeypatch):
     monkeypatch.setattr(kept_rows, "KEPT_AFFINE_MAX_VALUES", 1_000)
     tall = TallModel(build("logistic", 2_000))
