@@ -8,7 +8,7 @@ import pytest
 from test_glm_differences import block_updates, effects_written_in_the_likelihood, gaussian_mean
 from zoo import build
 
-from pymc_subsample.estimators.eta_estimate import affine_eta, perturbed_sums
+from pymc_subsample.estimators.eta_kernels import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import affine_rows as kept_rows
 from pymc_subsample.model.affine_rows import affine_rows
@@ -289,7 +289,7 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     (log1p: ln 2 + 2 atanh(s) cancels just above √2 − 1)."""
     import numba
 
-    from pymc_subsample.estimators.eta_estimate import _exp, _expm1, _log1p
+    from pymc_subsample.estimators.eta_kernels import _exp, _expm1, _log1p
 
     @numba.njit(fastmath=True)
     def each(function, x):
@@ -311,3 +311,13 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     v = np.concatenate([np.geomspace(1e-300, 1e300, 20001), np.linspace(0.4, 0.43, 2001), [0.0]])
     exact = np.log1p(v)
     assert np.all(np.abs(each(_log1p, v) - exact) <= 1e-15 * exact)
+
+
+def test_the_model_names_the_closed_forms_by_the_kernels_codes():
+    """The codes are written twice, in the model layer that recognises the families and in the kernels
+    (which may not import the model layer): the same numbers."""
+    from pymc_subsample.estimators import eta_kernels
+    from pymc_subsample.model import closed_form
+
+    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL", "STUDENT_T"):
+        assert getattr(closed_form, name) == getattr(eta_kernels, name), name

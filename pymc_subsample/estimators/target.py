@@ -234,6 +234,22 @@ class SubsampledTarget:
             return np.ascontiguousarray(self._kept_terms[:, rows])
         return np.array(self.glm.row_terms(self.center, batch).flat(), dtype=float)
 
+    def eta_kept_rows(self) -> tuple | None:
+        """(y, η(0), J, block coefficients, block entries, terms at θ*) of all N rows, as
+        :func:`~pymc_subsample.kernels.eta_nuts.eta_nuts_iteration` reads a proposal's rows from them,
+        where the estimate is the closed form's
+        (:func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums`) and all of them are kept;
+        else None. y is the closed form's column of all rows, cast as the
+        model casts it, read once and kept.
+        """
+        function = self._eta_perturbed
+        if function is None or function.closed_form is None or self._kept_terms is None:
+            return None
+        if "_kept_y" not in self.__dict__:
+            self._kept_y = function.closed_form.y(self.tall.row_slice(0, self.n_rows))
+        kept = self._kept_affine
+        return self._kept_y, kept.offset, kept.jacobian, kept.coef, kept.owner, self._kept_terms
+
     def terms_kept(self) -> bool:
         """Whether the rows' terms at θ* are kept for all N rows already (:meth:`_kept_terms`): a pass
         over the rows then reads them, by batches that know their rows, instead of computing them

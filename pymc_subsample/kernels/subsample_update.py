@@ -9,7 +9,6 @@ over the callables that propose u and estimate the log posterior.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,8 +25,8 @@ __all__ = [
     "draw_signed",
     "draw_subsample",
     "gibbs_step",
-    "propose_block",
-    "propose_block_of_rest",
+    "gather_perturbed",
+    "propose_block_indices",
     "propose_signed_groups",
     "propose_subsample",
 ]
@@ -87,20 +86,27 @@ def accept_log_ratio(rng, log_ratio) -> tuple[bool, float]:
     return bool(rng.uniform() < prob), prob
 
 
-def propose_block(rng, tall, subsample: Subsample, blocks) -> Subsample:
-    """Refresh one of the G blocks of a with-replacement subsample."""
-    new_idx, block = block_update(rng, subsample.idx, tall.n_rows, blocks)
-    return subsample.with_block(tall, new_idx, block)
-
-
-def propose_block_of_rest(rng, tall, subsample: Subsample, blocks, draw_rest, n_exact) -> Subsample:
-    """Refresh one of the G blocks of a with-replacement subsample of the rows not computed exactly
-    (``draw_rest(size)`` draws them uniformly), whose batch holds the ``n_exact`` exact rows first.
+def propose_block_indices(rng, tall, design, idx) -> tuple:
+    """(u′'s row indices, the block of positions redrawn, the number of exact rows before u's in a
+    batch) of a perturbed proposal from u's indices ``idx``: one of the G blocks redrawn uniformly
+    over the rows not computed exactly (:func:`draw_rest`), or over all rows where none are.
     """
-    block = blocks[rng.integers(len(blocks))]
-    new_idx = subsample.idx.copy()
-    new_idx[block] = draw_rest(block.stop - block.start)
-    return subsample.with_block(tall, new_idx, block, offset=n_exact)
+    if design.exact.size:
+        block = design.blocks[rng.integers(len(design.blocks))]
+        new_idx = idx.copy()
+        new_idx[block] = draw_rest(rng, design.n, design.exact, block.stop - block.start)
+        return new_idx, block, design.exact.size
+    new_idx, block = block_update(rng, idx, tall.n_rows, design.blocks)
+    return new_idx, block, 0
+
+
+def gather_perturbed(tall, design, exact_batch, idx) -> Subsample:
+    """The perturbed subsample of the rows ``idx``, after the rows computed exactly (``exact_batch``)
+    where ``design`` has some.
+    """
+    if design.exact.size:
+        return Subsample.with_exact(tall, exact_batch, idx)
+    return Subsample.gather(tall, idx)
 
 
 def draw_rest(rng, n, exact, size):
@@ -125,18 +131,16 @@ def draw_subsample(rng, tall, design, exact_batch=None):
     if design.estimator == "signed":
         return draw_signed(rng, tall, design.lam, design.m)
     if design.exact.size:
-        return Subsample.with_exact(tall, exact_batch, draw_rest(rng, design.n, design.exact, design.m))
-    return Subsample.gather(tall, rng.integers(0, design.n, size=design.m))
+        return gather_perturbed(tall, design, exact_batch, draw_rest(rng, design.n, design.exact, design.m))
+    return gather_perturbed(tall, design, exact_batch, rng.integers(0, design.n, size=design.m))
 
 
 def propose_subsample(rng, tall, design, subsample):
     """A proposed u' for ``design``: κ of the λ groups redrawn (signed), or one of its G blocks."""
     if design.estimator == "signed":
         return propose_signed_groups(rng, tall, subsample, design.kappa)
-    if design.exact.size:
-        rest = partial(draw_rest, rng, design.n, design.exact)
-        return propose_block_of_rest(rng, tall, subsample, design.blocks, rest, design.exact.size)
-    return propose_block(rng, tall, subsample, design.blocks)
+    new_idx, block, offset = propose_block_indices(rng, tall, design, subsample.idx)
+    return subsample.with_block(tall, new_idx, block, offset)
 
 
 def draw_signed(rng, tall, lam, m) -> SignedSubsample:

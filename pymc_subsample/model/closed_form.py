@@ -1,5 +1,5 @@
 """A distributional regression's rows as the package's closed-form kernel reads them
-(:func:`~pymc_subsample.estimators.eta_estimate.row_differences`): one observed variable of the families it
+(:func:`~pymc_subsample.estimators.eta_kernels.row_differences`): one observed variable of the families it
 computes, its y a column of the data (or that column cast as the model casts it) and every other
 parameter η or a constant.
 """

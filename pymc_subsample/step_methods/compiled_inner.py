@@ -7,7 +7,10 @@ leapfrog step around the potential's call. Here:
   (:mod:`pymc_subsample.kernels.resumable_nuts`) that hands each new point back to Python, which
   calls the target's own per-call estimate (:class:`TargetEstimate`, the function PyMC's NUTS path
   calls, in whatever mode PyTensor compiled it) and resumes the machine: 1-2 µs of bookkeeping a
-  step, and no compilation in a process once the machine is in Numba's cache;
+  step, and no compilation in a process once the machine is in Numba's cache; where the estimate is
+  the closed form of :func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums` with every
+  row's arguments kept, the subsample update and the whole transition are instead one call of
+  :func:`~pymc_subsample.kernels.eta_nuts.eta_nuts_iteration` (:meth:`CompiledECS._eta_nuts_astep`);
 - HMC with ``compiled=True``: the subsample update and the whole trajectory in one Numba call
   (:mod:`pymc_subsample.kernels.compiled_hmc`) around the Numba function of the estimate graph
   (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`), which Numba compiles again in
@@ -23,6 +26,7 @@ most 8 in the first 200 warm-up draws and 10 after, as ``pm.NUTS``.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,9 +35,12 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_subsample.estimators.loglik import block_poisson_spread_and_sign
 from pymc_subsample.kernels.compiled_hmc import ecs_iteration
+from pymc_subsample.kernels.eta_nuts import EtaNUTS
 from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
+from pymc_subsample.kernels.subsample_update import gather_perturbed, propose_block_indices
 from pymc_subsample.model.compile import numba_callable
 from pymc_subsample.pymc_protocol import step_state
+from pymc_subsample.subsample.batch import GatheredOnUse
 
 __all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "TargetEstimate", "compiled_options"]
 
@@ -192,6 +199,22 @@ class CompiledECS:
             machine = self._machine = NUTSMachine(d, extras, max(max_treedepth, self.inner.max_treedepth))
         return machine
 
+    def _eta_nuts(self):
+        """The :class:`~pymc_subsample.kernels.eta_nuts.EtaNUTS` that runs NUTS's whole iteration in one
+        Numba call, where it can (the perturbed estimate of
+        :func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums` in θ, with every row's
+        arguments kept and a prior of the signature it calls), else None.
+        """
+        if not hasattr(self, "_eta_nuts_state"):
+            state = None
+            if self.inner.kind == "nuts" and self.estimator == "perturbed":
+                fused_fixed = getattr(self.target.perturbed_function(), "fused_fixed", None)
+                parts = fused_fixed() if fused_fixed is not None else None
+                kept = self.target.eta_kept_rows() if parts is not None else None
+                state = EtaNUTS.for_prior(*parts, kept) if kept is not None else None
+            self._eta_nuts_state = state
+        return self._eta_nuts_state
+
     def _args_for(self, subsample, parent=None) -> tuple:
         """(the potential's arguments on ``subsample``, what a proposal from it reuses); ``parent``: the
         subsample it was proposed from, with what it reuses (its rows' terms at θ*).
@@ -229,6 +252,9 @@ class CompiledECS:
 
     def _compiled_astep(self, q0):
         """One HMC-ECS iteration; (θ, stats) as :meth:`HMCECS.astep`."""
+        eta_nuts = self._eta_nuts()
+        if eta_nuts is not None:
+            return self._eta_nuts_astep(eta_nuts, q0)
         perf_start = time.perf_counter()
         theta = np.asarray(q0.data, dtype=self.tall.theta.dtype)
         current = self._current_args()
@@ -254,8 +280,45 @@ class CompiledECS:
             transition = result.nuts
         if result.subsample_accepted:
             self.subsample, self._compiled_args = proposal, (proposal, proposed, proposed_reuse)
+        rows_before = rows_read + self.potential.rows_in(proposal)
+        return transition.theta, self._finish(result, perf_start, rows_before)
+
+    def _eta_nuts_astep(self, eta_nuts, q0):
+        """:meth:`_compiled_astep` by ``eta_nuts`` (an :class:`~pymc_subsample.kernels.eta_nuts.EtaNUTS`):
+        the proposal's block is written into the arguments it holds, and u′ kept by its indices
+        (:class:`~pymc_subsample.subsample.batch.GatheredOnUse`). The same draws from the same
+        generators as the other path.
+        """
+        perf_start = time.perf_counter()
+        theta = np.asarray(q0.data, dtype=np.float64)
+        subsample, design = self.subsample, self.design
+        key = (subsample, design)
+        if eta_nuts.of is None or any(a is not b for a, b in zip(eta_nuts.of, key)):
+            eta_nuts.hold(key, TargetEstimate(self, subsample.batch, subsample).fused_rows)
+        fresh = self.current is None or not np.array_equal(self.current_theta, theta)
+        rows = self.potential.rows_in(subsample)
+        new_idx, block, offset = propose_block_indices(self.rng, self.tall, design, subsample.idx)
+        momentum, step_size, inverse_mass, (seed, max_treedepth) = self.inner.draw()
+        momentum, inverse_mass = momentum.astype(theta.dtype), inverse_mass.astype(theta.dtype)
+        log_u_subsample = np.log(self.rng.uniform())
+        start = None if fresh else (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype),
+                                    self.current.extras)
+        result = eta_nuts.iteration(self._nuts_machine(max_treedepth), theta, start, new_idx[block],
+                                    subsample.idx[block], block.start + offset, log_u_subsample, momentum,
+                                    step_size, inverse_mass, seed, max_treedepth)
+        if result.subsample_accepted:
+            gather = partial(gather_perturbed, self.tall, design, self._exact_batch)
+            self.subsample = GatheredOnUse(new_idx, gather)
+            eta_nuts.hold_as((self.subsample, design))
+        return result.nuts.theta, self._finish(result, perf_start, (rows if fresh else 0) + rows)
+
+    def _finish(self, result, perf_start, rows_before):
+        """The state after an iteration's ``result`` and its stats; ``rows_before``: the rows of the
+        estimates made before the transition.
+        """
+        transition = result.hmc if self.inner.kind == "hmc" else result.nuts
         rows = self.potential.rows_in(self.subsample)
-        n_loglik = rows_read + self.potential.rows_in(proposal) + rows * transition.n_steps
+        n_loglik = rows_before + rows * transition.n_steps
         self.potential.n_rows_evaluated += n_loglik
         self.current = _estimate(transition.value, transition.grad, transition.extras)
         self.current_theta = np.array(transition.theta, copy=True)
@@ -268,7 +331,7 @@ class CompiledECS:
             n_grad_evals=rows * transition.n_steps,
             sign=self.current.sign,
         )
-        return transition.theta, stats
+        return stats
 
 
 def _call(theta, estimate):
@@ -300,6 +363,14 @@ class TargetEstimate:
             self.adds_sum_q = target.perturbed_adds_sum_q
             if self.rows:
                 self.args = target.perturbed_arguments(batch, step.potential.n_exact, step.potential.n_rest)
+
+    @property
+    def fused_rows(self) -> tuple:
+        """The arguments on this batch as :func:`~pymc_subsample.kernels.eta_nuts.eta_nuts_iteration`
+        takes them (the perturbed estimate of an
+        :class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`).
+        """
+        return self.function.fused_rows(self.args)
 
     def __call__(self, theta):
         if self.rows == 0:  # no mini-batch drawn (signed): the potential's own special case

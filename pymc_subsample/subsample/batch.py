@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Batch", "RecentBatches", "Subsample"]
+__all__ = ["Batch", "GatheredOnUse", "RecentBatches", "Subsample"]
 
 _tokens = itertools.count()
 
@@ -112,3 +112,20 @@ class Subsample:
         arrays = tuple(np.concatenate([e, r]) for e, r in zip(exact_batch, rows, strict=True))
         together = None if exact_rows is None else np.concatenate([exact_rows, idx])
         return cls(idx=idx, batch=Batch(arrays, rows=together))
+
+
+class GatheredOnUse(Subsample):
+    """A :class:`Subsample` known by its indices ``idx``, its rows gathered by ``gather(idx)`` (a
+    Subsample) when ``batch`` is first read: a sampler that keeps the estimate's arguments on the
+    rows itself (:class:`~pymc_subsample.kernels.eta_nuts.EtaNUTS`) never reads them, where
+    gathering them costs 20-40 µs an accepted proposal.
+    """
+
+    def __init__(self, idx, gather):
+        self.idx, self._gather, self._batch = idx, gather, None
+
+    @property
+    def batch(self):
+        if self._batch is None:
+            self._batch = self._gather(self.idx).batch
+        return self._batch

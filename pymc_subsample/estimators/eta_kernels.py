@@ -1,0 +1,385 @@
+"""The Numba kernels of the η estimate (:mod:`~pymc_subsample.estimators.eta_estimate`): η from the
+rows' kept η(0) and sparse J, the perturbed sums and their gradient, and the closed forms of f.
+
+They import nothing but NumPy and Numba, so that the kernels that run a whole HMC-ECS iteration
+(:mod:`pymc_subsample.kernels.eta_nuts`) can call them without reaching PyMC or PyTensor.
+
+:func:`closed_form_sums` computes η, f, ∂f (:func:`row_differences`), the sums and the proxy's Σq
+in one call for rows of a family whose f the package writes here (one observed variable with y a
+column of the data, its other parameters η or constants: :mod:`~pymc_subsample.model.closed_form`).
+With its row loops vectorised (the elementary functions below, J a column a row, the terms at θ* in
+C order) it costs 8.1 µs (d = 4) and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30);
+called from Python at d = 4, 14-15 µs against 23-30 µs with libm's functions and the terms in F
+order. The kernels of both routes are in this one module: Numba's cache of a function is checked
+against its own file only, so a kernel calling one of another module would keep running that one's
+earlier code after an edit. The closed forms (those of :data:`~pymc_subsample.families.FAMILIES`,
+``tests/test_eta_estimate.py`` checks them against the model's own rows), by their code:
+
+========================  ========================================================================
+Bernoulli(logit)          f − f* = yη − softplus(η) − f*,  ∂f = y − σ(η)
+Poisson(log)              f − f* = y u − μ*·expm1(u),  ∂f = y − μ* e^u,  u = η − η*,  μ* = −∂²f*
+                          (log y! cancels: f* holds it, and μ* = e^{η*} is the row's ∂²f* negated)
+Normal(identity, σ)       f − f* = −½ r² − log σ − ½ log 2π − f*,  r = (y − η)/σ,  ∂f = r/σ
+Normal(identity, log)     the same with log σ = η₂: ∂f/∂μ = r e^{−η₂},  ∂f/∂η₂ = r² − 1
+StudentT(log, identity,   f = log Γ((ν+1)/2) − log Γ(ν/2) − ½ log νπ − log σ − (ν+1)/2 · t,
+log)                      z = (y − μ)/σ,  t = log1p(z²/ν),  w = (ν+1)/(ν+z²):
+                          ∂f/∂μ = w z/σ,  ∂f/∂log σ = w z² − 1,
+                          ∂f/∂log ν = ν/2 (ψ((ν+1)/2) − ψ(ν/2)) − ½ − ν t/2 + w z²/2
+========================  ========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+__all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T", "affine_eta",
+           "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences"]
+
+#: the closed forms of :func:`row_differences`, by code
+BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T = range(5)
+
+
+@numba.njit(cache=True, fastmath=True)
+def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride,
+               x):
+    """η (p, m) at coordinates ``x`` of :class:`~pymc_subsample.model.affine_rows.AffineRows`' arrays:
+    η_k = η_k(0) + J_k x, each constant η_j on every row.
+    """
+    # loops, not np.dot: as fast at these sizes, and Numba compiles them in a fraction of the time;
+    # along the rows, so that each is contiguous and LLVM vectorises it without reordering a sum
+    m, n_dense = offset.shape[1], dense.shape[0]
+    eta = np.empty((slot.shape[0], m))
+    for j in range(slot.shape[0]):
+        row = eta[j]
+        if slot[j] >= 0:
+            v = slot[j]
+            row[:] = offset[v]
+            for i in range(n_dense):
+                value, column = x[dense[i]], jacobian[v, i]
+                for k in range(m):
+                    row[k] += column[k] * value
+            for b in range(first.shape[0]):
+                coefs, owners = coef[v, b], owner[b]
+                for k in range(m):
+                    row[k] += coefs[k] * x[first[b] + stride[b] * owners[k]]
+        else:
+            c = -1 - slot[j]
+            total = constant_offset[c]
+            for i in range(n_dense):
+                total += constant_jacobian[c, i] * x[dense[i]]
+            row[:] = total
+    return eta
+
+
+@numba.njit(cache=True, fastmath=True)
+def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride, n_coords,
+                   at_eta, centre, pairs, order, subsampled, n_rest, m_rest):
+    """(ℓ̂ − Σq − σ̂²/2, its gradient in the ``n_coords`` coordinates η is affine in, σ̂²) of the
+    module docstring's formulas.
+
+    ``eta`` (p, m) at the coordinates; ``jacobian`` .. ``stride``: J as
+    :class:`~pymc_subsample.model.affine_rows.AffineRows` holds it; ``at_eta`` (1 + p, m): f and
+    ∂f/∂η_j at ``eta``;
+    ``centre`` (2p + 1 + n_pairs, m): the rows' terms at θ* (η*, f*, ∂f*, ∂²f*: the order of
+    :meth:`~pymc_subsample.model.distributional.RowTerms.flat`), with ``pairs`` (n_pairs, 2) the
+    (j, l), j ≤ l, of ∂²f*; the proxy of ``order`` 0, 1 or 2; ``subsampled`` (m,) 1 for the rows
+    of R, 0 for those of E; n_R; m = Σ subsampled.
+    """
+    p = eta.shape[0]
+    return _sums(eta, at_eta[0] - centre[p], at_eta[1:].copy(), jacobian, coef, owner, constant_jacobian,
+                 slot, dense, first, stride, n_coords, centre, pairs, order, subsampled, n_rest, m_rest)
+
+
+@numba.njit(cache=True, fastmath=True)
+def closed_form_sums(code, eta_index, constants, y, offset, jacobian, coef, owner, constant_offset,
+                     constant_jacobian, slot, dense, first, stride, x, centre, pairs, order, subsampled,
+                     n_rest, m_rest, sum_at_centre, x_centre, linear, quadratic):
+    """:func:`perturbed_sums` at coordinates ``x`` with η (:func:`affine_eta`) and f, ∂f of a
+    family of :mod:`~pymc_subsample.model.closed_form` (``code``, ``eta_index``,
+    ``constants``, the rows' ``y``) in the same call, plus the proxy's Σq = Σf* + AᵀΔx + ½ΔxᵀBΔx
+    (``sum_at_centre``, ``x_centre``, A = ``linear``, B = ``quadratic``, truncated at ``order``;
+    Dang et al. 2019 eq. 4.7): the estimate but for log p(θ) (and, in φ, the pullback to θ).
+    """
+    eta = affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first,
+                     stride, x)
+    d, slope = row_differences(code, eta_index, constants, slot < 0, y, eta, centre)
+    value, grad, sigma2 = _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first,
+                                stride, x.shape[0], centre, pairs, order, subsampled, n_rest, m_rest)
+    value += sum_at_centre
+    if order >= 1:
+        n = x.shape[0]
+        delta = x - x_centre
+        for i in range(n):
+            value += linear[i] * delta[i]
+            grad[i] += linear[i]
+        if order == 2:
+            for i in range(n):
+                row = quadratic[i]
+                curved = 0.0
+                for t in range(n):
+                    curved += row[t] * delta[t]
+                value += 0.5 * delta[i] * curved
+                grad[i] += curved
+    return value, grad, sigma2
+
+
+@numba.njit(cache=True, fastmath=True)
+def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride, n_coords,
+          centre, pairs, order, subsampled, n_rest, m_rest):
+    """:func:`perturbed_sums` from d = f − f* (m,) and ∂f/∂η_j (p, m), both changed in place."""
+    p, m = eta.shape
+    u = eta - centre[:p]
+    df_c, d2f_c = centre[p + 1: 2 * p + 1], centre[2 * p + 1:]
+    # slope: ∂d_k/∂η_j = ∂f/∂η_j − ∂q_k/∂u_j; d: f − q_k
+    if order >= 1:
+        for j in range(p):
+            for k in range(m):
+                d[k] -= df_c[j, k] * u[j, k]
+                slope[j, k] -= df_c[j, k]
+    if order == 2:
+        for i in range(pairs.shape[0]):
+            j, i2 = pairs[i, 0], pairs[i, 1]
+            for k in range(m):
+                h = d2f_c[i, k]
+                if j == i2:
+                    d[k] -= 0.5 * h * u[j, k] * u[j, k]
+                    slope[j, k] -= h * u[j, k]
+                else:
+                    d[k] -= h * u[j, k] * u[i2, k]
+                    slope[j, k] -= h * u[i2, k]
+                    slope[i2, k] -= h * u[j, k]
+    total, s1 = 0.0, 0.0
+    for k in range(m):
+        total += d[k]
+        s1 += subsampled[k] * d[k]
+    mean = s1 / m_rest
+    s2 = 0.0
+    for k in range(m):
+        s2 += subsampled[k] * (d[k] - mean) ** 2
+    scale = n_rest / m_rest
+    sigma2 = scale * scale * s2
+    value = (total - s1) + scale * s1 - 0.5 * sigma2
+    # ∂(value)/∂d_k: 1 on E; n_R/m − (n_R²/m²)(d_k − d̄) on R (the second from −σ̂²/2)
+    c = 1.0 + subsampled * (scale - scale * scale * (d - mean) - 1.0)
+    grad = np.zeros(n_coords)
+    weights = np.empty(m)
+    for j in range(p):
+        v = slot[j]
+        for k in range(m):
+            weights[k] = slope[j, k] * c[k]
+        if v >= 0:  # Σ_k w_k J_k: one sum along the rows per column of J
+            for i in range(dense.shape[0]):
+                column, total = jacobian[v, i], 0.0
+                for k in range(m):
+                    total += weights[k] * column[k]
+                grad[dense[i]] += total
+            for b in range(first.shape[0]):
+                coefs, owners = coef[v, b], owner[b]
+                for k in range(m):
+                    grad[first[b] + stride[b] * owners[k]] += weights[k] * coefs[k]
+        else:
+            total = weights.sum()
+            for i in range(dense.shape[0]):
+                grad[dense[i]] += total * constant_jacobian[-1 - v, i]
+    return value, grad, sigma2
+
+
+@numba.njit(cache=True)
+def replace_rows(offset, jacobian, coef, owner, centre, kept_offset, kept_jacobian, kept_coef, kept_owner,
+                 terms, rows, start):
+    """Copies of a batch's η(0), J, block coefficients, block entries (as
+    :class:`~pymc_subsample.model.affine_rows.AffineRows`) and terms at θ* ``centre``, with the
+    positions from ``start`` on holding the kept rows ``rows`` (of a
+    :class:`~pymc_subsample.model.affine_rows.KeptAffineRows`) and their ``terms`` (n_terms,
+    len(rows)): a block update's proposal in one call.
+    """
+    offset, jacobian, coef, owner = offset.copy(), jacobian.copy(), coef.copy(), owner.copy()
+    centre = centre.copy()
+    for t in range(rows.shape[0]):
+        k, r = start + t, rows[t]
+        for v in range(offset.shape[0]):
+            offset[v, k] = kept_offset[v, r]
+            for i in range(jacobian.shape[1]):
+                jacobian[v, i, k] = kept_jacobian[v, r, i]
+            for b in range(coef.shape[1]):
+                coef[v, b, k] = kept_coef[v, b, r]
+        for b in range(owner.shape[0]):
+            owner[b, k] = kept_owner[b, r]
+        for j in range(centre.shape[0]):
+            centre[j, k] = terms[j, t]
+    return offset, jacobian, coef, owner, centre
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG2E = 1.4426950408889634
+# ln 2 in two parts (Cody & Waite): n·LN2_HI is exact for |n| < 2¹¹, so a − n ln 2 keeps a's precision
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_LN2 = math.log(2.0)
+_SQRT2 = math.sqrt(2.0)
+_EXP_MAX = 709.782712893384  # log of the largest double
+#: 1/k!, k = 14 … 1: e^r − 1 = r·(Horner's polynomial of these at r)
+_EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(14, 0, -1))
+#: 1/(2k + 1), k = 9 … 0: atanh(s) = s·(Horner's polynomial of these at s²)
+_ATANH_ODD = tuple(1.0 / (2 * k + 1) for k in range(9, -1, -1))
+# The row loops call the elementary functions below, not math's: math.exp and math.log are calls
+# into libm, one row at a time, which LLVM cannot vectorise; these are arithmetic on the double's
+# bits that it runs on 4-8 rows at once (error_model="numpy": Python's division check, a branch
+# that raises, also stops it). Measured at m = 1000 (Numba 0.68, AVX-512): Bernoulli's softplus
+# 9.2 → 2.3 µs, exp 6 → 1.2 µs. Numba compiles a callee with its first caller's flags, so inside the
+# fastmath kernels e^a's reduction a − n ln 2 may be reassociated: within 4.5e-16 + 4e-17·|a| (e^a)
+# and 1e-15 (log1p) relative of NumPy's (tests/test_eta_estimate.py).
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _horner(coefficients, x):
+    """Σ_i c_i x^(n−1−i) of the n ``coefficients`` c_0 … c_(n−1), highest power first."""
+    p = 0.0
+    for c in coefficients:
+        p = p * x + c
+    return p
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _exp_parts(a):
+    """(2ⁿ⁻¹, e^r − 1) with a = n ln 2 + r, |r| ≤ ln 2 / 2, a clamped to [−708, 709.78]: e^r − 1 by its
+    Taylor polynomial to r¹⁴/14! (truncation below 1.2e-17 relative). Half of 2ⁿ, which overflows at
+    n = 1024 (a > 709.44).
+    """
+    a = min(max(a, -708.0), _EXP_MAX)
+    n = math.floor(a * _LOG2E + 0.5)
+    r = (a - n * _LN2_HI) - n * _LN2_LO
+    p = _horner(_EXP_TAYLOR, r)
+    half = np.int64((np.int64(n) + 1022) << 52).view(np.float64)  # 2ⁿ⁻¹ from its exponent bits
+    return half, p * r
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _exp(a):
+    """e^a (+∞ above 709.78; e^{−708} ≈ 3e-308 below −708)."""
+    half, grown = _exp_parts(a)
+    return 2.0 * (half * grown + half) if a <= _EXP_MAX else np.inf
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _expm1(a):
+    """e^a − 1 without cancellation where |a| is small: 2ⁿ(e^r − 1) + (2ⁿ − 1), the second 0 at n = 0."""
+    if a > 709.0:
+        return _exp(a) - 1.0
+    half, grown = _exp_parts(a)
+    return 2.0 * half * grown + (2.0 * half - 1.0)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _log1p(v):
+    """log(1 + v) for v ≥ 0: 2 atanh(s) = 2(s + s³/3 + … + s¹⁹/19), |s| ≤ 3 − 2√2, with s = v/(2 + v)
+    for v < √2 − 1 (no rounding of 1 + v), else s = (w − 1)/(w + 1) for 1 + v = 2ᵏw, w ∈ [√½, √2),
+    plus k ln 2 (truncation below 2.5e-17 relative).
+    """
+    z = 1.0 + v
+    bits = np.float64(z).view(np.int64)
+    k = (bits >> 52) - 1023
+    w = np.int64(bits - (k << 52)).view(np.float64)  # z / 2ᵏ ∈ [1, 2)
+    up = w > _SQRT2
+    w = 0.5 * w if up else w
+    k = k + 1 if up else k
+    small = v < _SQRT2 - 1.0
+    s = v / (2.0 + v) if small else (w - 1.0) / (w + 1.0)
+    shift = 0.0 if small else k * _LN2
+    p = _horner(_ATANH_ODD, s * s)
+    return 2.0 * s * p + shift
+
+
+@numba.njit(cache=True, error_model="numpy")
+def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
+    """(f(y_k, η_k) − f_k* (m,), ∂f/∂η_j (p, m)) of the family ``code`` (module docstring) at ``eta``
+    (p, m), with the rows' terms at θ* ``centre`` as :func:`perturbed_sums` reads them;
+    ``constant_eta`` (p,): the η_j the same on every row (their exponentials taken once).
+    """
+    p, m = eta.shape
+    d = np.empty(m)
+    slope = np.zeros((p, m))
+    f_c = centre[p]
+    if code == BERNOULLI_LOGIT:
+        j = eta_index[0]
+        # softplus(x) = max(x, 0) + log(1 + e^{−|x|})
+        for k in range(m):
+            x = eta[j, k]
+            e = _exp(-abs(x))
+            d[k] = y[k] * x - (max(x, 0.0) + _log1p(e)) - f_c[k]
+            slope[j, k] = y[k] - (1.0 if x >= 0.0 else e) / (1.0 + e)
+    elif code == POISSON_LOG:
+        j = eta_index[0]
+        curvature = centre[2 * p + 1 + _pair(p, j, j)]
+        for k in range(m):
+            u = eta[j, k] - centre[j, k]
+            rate = -curvature[k]
+            grown = _expm1(u)
+            d[k] = y[k] * u - rate * grown
+            slope[j, k] = y[k] - rate * (1.0 + grown)
+    elif code == NORMAL_KNOWN_SIGMA:
+        j, sigma = eta_index[0], constants[1]
+        shift = -constants[eta_index.shape[0] + 1] - _HALF_LOG_2PI  # log σ in σ's dtype
+        for k in range(m):
+            r = (y[k] - eta[j, k]) / sigma
+            d[k] = -0.5 * r * r + shift - f_c[k]
+            slope[j, k] = r / sigma
+    elif code == NORMAL:  # μ = η_a, log σ = η_b
+        a, b = eta_index[0], eta_index[1]
+        scale = _exp(-eta[b, 0]) if constant_eta[b] else 0.0
+        for k in range(m):
+            w = scale if constant_eta[b] else _exp(-eta[b, k])
+            r = (y[k] - eta[a, k]) * w
+            d[k] = -0.5 * r * r - eta[b, k] - _HALF_LOG_2PI - f_c[k]
+            slope[a, k] = r * w
+            slope[b, k] = r * r - 1.0
+    else:  # STUDENT_T: log ν = η_a, μ = η_b, log σ = η_c; ν's functions once where it is one scalar
+        a, b, c = eta_index[0], eta_index[1], eta_index[2]
+        head, dhead, nu = _student_t_shape(eta[a, 0])
+        for k in range(m):
+            if not constant_eta[a]:
+                head, dhead, nu = _student_t_shape(eta[a, k])
+            inv_sigma = _exp(-eta[c, k])
+            z = (y[k] - eta[b, k]) * inv_sigma
+            z2 = z * z
+            t = _log1p(z2 / nu)
+            w = (nu + 1.0) / (nu + z2)
+            d[k] = head - eta[c, k] - 0.5 * (nu + 1.0) * t - f_c[k]
+            slope[b, k] = w * z * inv_sigma
+            slope[c, k] = w * z2 - 1.0
+            slope[a, k] = dhead - 0.5 * nu * t + 0.5 * w * z2
+    return d, slope
+
+
+@numba.njit(cache=True)
+def _student_t_shape(log_nu):
+    """(log Γ((ν+1)/2) − log Γ(ν/2) − ½ log νπ, ν/2 (ψ((ν+1)/2) − ψ(ν/2)) − ½, ν) at ν = e^{log ν}: the
+    StudentT's terms of ν alone.
+    """
+    nu = math.exp(log_nu)
+    head = math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu) - 0.5 * (log_nu + math.log(math.pi))
+    return head, 0.5 * nu * (_digamma(0.5 * (nu + 1.0)) - _digamma(0.5 * nu)) - 0.5, nu
+
+
+@numba.njit(cache=True)
+def _digamma(x):
+    """ψ(x) for x > 0: the recurrence ψ(x) = ψ(x + 1) − 1/x up to x ≥ 10, then the asymptotic series
+    ln x − 1/(2x) − Σ B₂ₙ/(2n x²ⁿ) to n = 6 (truncation below 1e-14 there).
+    """
+    total = 0.0
+    while x < 10.0:
+        total -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132
+                                                                                   - f * 691.0 / 32760)))))
+    return total + math.log(x) - 0.5 / x - series
+
+
+@numba.njit(cache=True)
+def _pair(p, j, i):
+    """The row of ∂²f/∂η_j∂η_i (j ≤ i) among the (j, l), j ≤ l, of ``RowTerms.flat``."""
+    return j * p - j * (j - 1) // 2 + (i - j)

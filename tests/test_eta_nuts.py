@@ -1,0 +1,114 @@
+"""HMC-ECS's iteration in one Numba call (:mod:`pymc_subsample.kernels.eta_nuts`): the same iteration as
+the resumable machine around the target's own estimate, its in-place subsample update written back
+on rejection, the arguments it keeps on the rows of the subsample the step holds, and where it runs."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from conftest import logistic_data, logistic_model
+
+import pymc_subsample as pms
+from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
+from pymc_subsample.kernels.subsample_update import propose_block_indices
+from pymc_subsample.step_methods.compiled_inner import TargetEstimate
+
+
+@pytest.fixture(scope="module")
+def logistic():
+    X, y = logistic_data(5000, 3, seed=2)
+    return logistic_model(X, y)
+
+
+def warmed_step(model, subsample_size=300, num_blocks=10, **kwargs):
+    with model:
+        step = pms.HMCECS(subsample_size=subsample_size, num_blocks=num_blocks, rng=3, **kwargs)
+    point = model.initial_point()
+    for _ in range(30):
+        point, _ = step.step(point)
+    return step
+
+
+def assert_same_iteration(got, ref):
+    """The same decisions, and the same numbers to rounding: LLVM may order a sum of the kernel
+    differently once it is compiled into the iteration (seen: 1 ulp)."""
+    assert got.subsample_accepted is ref.subsample_accepted
+    close = dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.subsample_log_ratio, ref.subsample_log_ratio, **close)
+    for a, b in zip(got.start, ref.start, strict=True):
+        np.testing.assert_allclose(a, b, **close)
+    for key in ref.nuts._fields:
+        a, b = getattr(got.nuts, key), getattr(ref.nuts, key)
+        if isinstance(b, (bool, int)):
+            assert a == b, key
+        else:
+            np.testing.assert_allclose(a, b, err_msg=key, **close)
+
+
+@pytest.mark.parametrize("log_u", [-50.0, 50.0, "ratio"])
+@pytest.mark.parametrize("fresh", [True, False])
+def test_the_fused_iteration_is_the_resumable_machines(logistic, log_u, fresh):
+    """The same subsample update, draw and statistics, to rounding, as the resumable machine calling the
+    target's estimate on the proposal made by the Python path (u′ taken, rejected, at the ratio); the
+    rows it holds are u′'s after a take and u's again after a rejection."""
+    step = warmed_step(logistic)
+    eta_nuts = step._eta_nuts()
+    assert eta_nuts is not None
+    subsample, theta, d = step.subsample, np.array(step.current_theta), step.tall.ndim
+    new_idx, block, offset = propose_block_indices(np.random.default_rng(11), step.tall, step.design,
+                                                   subsample.idx)
+    proposal = subsample.with_block(step.tall, new_idx, block, offset)
+    current = TargetEstimate(step, subsample.batch, subsample)
+    proposed = TargetEstimate(step, proposal.batch, proposal)
+    start = current(theta)
+    if log_u == "ratio":  # just below the ratio: taken
+        log_u = np.nextafter(float(proposed(theta)[0]) - float(start[0]), -np.inf)
+    rng = np.random.default_rng(5)
+    momentum, seed = rng.normal(size=d), rng.integers(2**64, dtype=np.uint64)
+    inverse_mass, step_size = step.inner._current_inverse_mass(), 0.3
+    ref = ecs_nuts_iteration(lambda q, e: e(q), theta, start, (current,), (proposed,), log_u, momentum,
+                             step_size, inverse_mass, seed, 10, machine=NUTSMachine(d))
+    eta_nuts.hold("u", current.fused_rows)
+    got = eta_nuts.iteration(NUTSMachine(d), theta, None if fresh else start, new_idx[block],
+                             subsample.idx[block], block.start + offset, log_u, momentum, step_size,
+                             inverse_mass, seed, 10)
+    assert_same_iteration(got, ref)
+    held = proposed if ref.subsample_accepted else current
+    for a, b in zip(eta_nuts.rows, held.fused_rows, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_rows_held_are_those_of_the_steps_subsample(logistic):
+    """After many iterations of in-place updates, the estimate on the step's subsample, its rows gathered
+    from the data by its indices, is the one the iterations carry (a small m, a first-order proxy: both
+    branches of the update are taken)."""
+    step = warmed_step(logistic, subsample_size=40, num_blocks=4, proxy_order=1)
+    assert step._eta_nuts() is not None
+    accepted = 0
+    point = {"beta": step.current_theta}
+    for _ in range(60):
+        idx = step.subsample.idx
+        point, _ = step.step(point)
+        accepted += not np.array_equal(idx, step.subsample.idx)
+    assert 0 < accepted < 60
+    theta = step.current_theta
+    carried = step.current
+    on_rows = TargetEstimate(step, step.subsample.batch, step.subsample)(theta)
+    np.testing.assert_allclose(float(on_rows[0]), carried.value, rtol=1e-12)
+    np.testing.assert_allclose(on_rows[1], carried.grad, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(on_rows[2], carried.extras, rtol=1e-10)
+
+
+def test_where_the_fused_iteration_runs(logistic):
+    with logistic:
+        assert pms.HMCECS(subsample_size=300)._eta_nuts() is not None
+        # the signed estimator, HMC
+        assert pms.HMCECS(estimator="signed")._eta_nuts() is None
+        assert pms.HMCECS(subsample_size=300, inner="hmc", compiled=True)._eta_nuts() is None
+    rng = np.random.default_rng(0)
+    with pm.Model():  # f compiled from the model: no closed form
+        x = pm.Data("x", rng.normal(size=2000))
+        b = pm.Normal("b", 0, 1, shape=2)
+        alpha = pm.Exponential("alpha", 1.0)
+        pm.NegativeBinomial("y", mu=pm.math.exp(b[0] + b[1] * x), alpha=alpha,
+                            observed=rng.poisson(2.0, size=2000))
+        assert pms.HMCECS(subsample_size=300)._eta_nuts() is None
