@@ -175,14 +175,12 @@ INNER_SAMPLERS = {
 
 
 def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
-    """Marginal seconds per HMC-ECS iteration inside ``pm.sample`` (the goals: ≤ 0.3 ms at d = 31,
-    ≤ 0.1 ms at d = 4, m = 1000), X and y as pm.Data, for each of :data:`INNER_SAMPLERS`.
-
-    After a short run that pays the one-off compilations, two runs from the same step, with
-    ``draws`` and ``2 * draws`` draws after the same warm-up: their difference divided by ``draws``
-    is the cost of one more iteration, everything PyMC does per draw included, without its
-    one-off costs (start-up, building the result). ESS per 1000 draws is the smallest bulk ESS of
-    the longer run, scaled: with the time per iteration it gives ESS per second of sampling.
+    """Seconds per HMC-ECS iteration inside ``pm.sample`` (the goals: ≤ 0.3 ms at d = 31, ≤ 0.1 ms at
+    d = 4, m = 1000), X and y as pm.Data, for each of :data:`INNER_SAMPLERS`
+    (:func:`seconds_per_draw`: after a short run that pays the one-off compilations, the
+    draws of three runs timed one by one, everything PyMC does per draw included). ESS per 1000 draws
+    is the smallest bulk ESS of the last run, scaled: with the time per iteration it gives ESS per
+    second of sampling.
     """
     print(f"\n## one HMC-ECS iteration inside pm.sample, N = {n_rows}, m = {args.m}, 100 blocks")
     print("| d | inner sampler | ms per iteration | potential evaluations per iteration | µs per evaluation "
@@ -196,7 +194,7 @@ def iteration_in_pm_sample(args, n_rows=200_000, draws=1000):
                 # the first run pays the one-off compilations: PyMC's, and Numba's of ArviZ's ESS,
                 # which the run checks call first at 100 draws after warm-up (0.25 s; when a 10-draw
                 # first run left it to the `draws` run, the difference came out 0.12 ms too low at d = 4)
-                per_iter, idata = marginal_seconds_per_draw(step, draws, first=210)
+                per_iter, idata = seconds_per_draw(step, draws, first=210)
                 evals = float(idata.sample_stats["n_loglik_evals"].mean()) / args.m
                 ess = 1000 * min_ess(idata) / idata.posterior.sizes["draw"]
                 print(f"| {d} | {label} | {1e3 * per_iter:.3f} | {evals:.1f} | "
@@ -229,30 +227,28 @@ def nuts_bookkeeping(step, draws):
     cov = np.linalg.inv(precision)
     nuts = pm.NUTS(logp_dlogp_func=_GaussianPotential(step.proxy.center, precision), scaling=cov,
                    is_cov=True)
-    per_iter, idata = marginal_seconds_per_draw(nuts, draws, first=10)
+    per_iter, idata = seconds_per_draw(nuts, draws, first=10)
     return per_iter, float(idata.sample_stats["n_steps"].mean())
 
 
-def marginal_seconds_per_draw(step, draws, first, pairs=3):
-    """(seconds per draw, the last run): a run of ``first`` draws, then ``pairs`` pairs of runs of
-    ``draws`` and ``2 * draws`` draws, all after the same 500 warm-up; the median over the pairs of
-    their difference divided by ``draws`` is the cost of one more draw, without the one-off costs
-    that the first run pays (a single pair varied by up to 0.1 ms a draw with the other core busy).
-    The longer run's checks after warm-up (the ESS at 1600 draws) count: any run of that length pays
-    them."""
-    def seconds(n):
-        t = time.perf_counter()
-        idata = pm.sample(step=step, draws=n, tune=500, chains=1, random_seed=1, progressbar=False,
-                          compute_convergence_checks=False)
-        return time.perf_counter() - t, idata
+def seconds_per_draw(step, draws, first, runs=3):
+    """(seconds per draw, the last run): a run of ``first`` draws that pays the one-off costs, then
+    ``runs`` runs of ``draws`` draws after the same 500 warm-up, each timed draw by draw with
+    ``pm.sample``'s callback: the mean over a run's draws after warm-up of the wall time between two
+    callbacks is the cost of a draw, everything PyMC does per draw and the run checks included, its
+    start-up and the building of its result not. The median over the runs (the machine's speed
+    drifts: a difference of the totals of two runs moved by up to 0.1 ms a draw)."""
+    def per_draw():
+        stamps = []
+        idata = pm.sample(step=step, draws=draws, tune=500, chains=1, random_seed=1, progressbar=False,
+                          compute_convergence_checks=False,
+                          callback=lambda **_: stamps.append(time.perf_counter()))
+        return float(np.mean(np.diff(stamps[500:]))), idata
 
-    seconds(first)
-    differences = []
-    for _ in range(pairs):
-        short, _ = seconds(draws)
-        long, idata = seconds(2 * draws)
-        differences.append((long - short) / draws)
-    return float(np.median(differences)), idata
+    pm.sample(step=step, draws=first, tune=500, chains=1, random_seed=1, progressbar=False,
+              compute_convergence_checks=False)
+    measured = [per_draw() for _ in range(runs)]
+    return float(np.median([m[0] for m in measured])), measured[-1][1]
 
 
 def main(args):

@@ -25,6 +25,7 @@ most 8 in the first 200 warm-up draws and 10 after, as ``pm.NUTS``.
 
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 from typing import Any, NamedTuple
@@ -266,7 +267,7 @@ class CompiledECS:
         proposed, proposed_reuse = self._args_for(proposal, (self.subsample, self._compiled_args[2]))
         momentum, step_size, inverse_mass, extra = self.inner.draw()
         momentum, inverse_mass = momentum.astype(theta.dtype), inverse_mass.astype(theta.dtype)
-        log_u_subsample = np.log(self.rng.uniform())
+        log_u_subsample = math.log(self.rng.random())  # U(0, 1) as rng.uniform() draws it
         start = (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype), self.current.extras)
         if self.inner.kind == "hmc":
             result = ecs_iteration(self._numba_potential(), theta, start, current, proposed, log_u_subsample,
@@ -299,8 +300,9 @@ class CompiledECS:
         rows = self.potential.rows_in(subsample)
         new_idx, block, offset = propose_block_indices(self.rng, self.tall, design, subsample.idx)
         momentum, step_size, inverse_mass, (seed, max_treedepth) = self.inner.draw()
-        momentum, inverse_mass = momentum.astype(theta.dtype), inverse_mass.astype(theta.dtype)
-        log_u_subsample = np.log(self.rng.uniform())
+        momentum = np.asarray(momentum, dtype=theta.dtype)
+        inverse_mass = np.asarray(inverse_mass, dtype=theta.dtype)
+        log_u_subsample = math.log(self.rng.random())  # U(0, 1) as rng.uniform() draws it
         start = None if fresh else (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype),
                                     self.current.extras)
         result = eta_nuts.iteration(self._nuts_machine(max_treedepth), theta, start, new_idx[block],
