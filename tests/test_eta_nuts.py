@@ -11,6 +11,7 @@ import pymc_subsample as pms
 from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
 from pymc_subsample.kernels.subsample_update import propose_block_indices
 from pymc_subsample.step_methods.compiled_inner import TargetEstimate
+from pymc_subsample.subsample.batch import GatheredOnUse
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +113,21 @@ def test_where_the_fused_iteration_runs(logistic):
         pm.NegativeBinomial("y", mu=pm.math.exp(b[0] + b[1] * x), alpha=alpha,
                             observed=rng.poisson(2.0, size=2000))
         assert pms.HMCECS(subsample_size=300)._eta_nuts() is None
+
+
+def test_a_subsample_kept_by_its_indices_copies_its_indices_not_the_data(logistic):
+    """PyMC deep-copies the step's sampling state at every pm.sample and chain: the subsample kept by
+    its indices copies them and shares what gathers its rows."""
+    import copy
+
+    step = warmed_step(logistic)
+    subsample = step.subsample
+    assert isinstance(subsample, GatheredOnUse)
+    state = step.sampling_state
+    copied = state.subsample
+    assert copied is not subsample and copied._gather is subsample._gather
+    np.testing.assert_array_equal(copied.idx, subsample.idx)
+    copied.idx[0] = -1
+    assert subsample.idx[0] != -1
+    for a, b in zip(copy.deepcopy(subsample).batch, subsample.batch, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -10,6 +10,7 @@ quantities cached for the old batch (a distributional regression's terms at θ*,
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass
 
@@ -129,3 +130,11 @@ class GatheredOnUse(Subsample):
         if self._batch is None:
             self._batch = self._gather(self.idx).batch
         return self._batch
+
+    def __deepcopy__(self, memo):
+        # PyMC deep-copies a step's sampling state (this subsample among it) at every pm.sample and
+        # chain: the indices are copied, the gatherer shared, not the data and model it reads (a
+        # copy of those took 0.5-1 s a call at 200,000 rows, d = 31)
+        copied = GatheredOnUse(self.idx.copy(), self._gather)
+        copied._batch = copy.deepcopy(self._batch, memo)
+        return copied
