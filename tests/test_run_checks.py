@@ -151,3 +151,20 @@ def test_subsample_mh_checks_acceptance_and_variance():
             monitor.record(rng.standard_normal(3), {"accepted_fraction": 0.0, "loglik_var": 9.0})
     messages = " ".join(str(r.message) for r in record)
     assert "0.0% of proposals were accepted" in messages and "σ̂² averages 9" in messages
+
+
+@pytest.mark.parametrize("n", [4, 5, 101, 800, 1601])
+def test_the_checks_bulk_ess_is_arviz_s(n):
+    """ArviZ's bulk ESS of each coordinate, to rounding: chains that mix slowly and fast, a constant
+    coordinate, one with a NaN draw, one with ties."""
+    import arviz_stats as azs
+
+    from pymc_subsample.diagnostics.bulk_ess import bulk_ess
+
+    rng = np.random.default_rng(n)
+    draws = np.column_stack([ar1_draws(rho, n, d=1, seed=n)[:, 0] for rho in (0.0, 0.5, 0.95)]
+                            + [np.full(n, 2.0), rng.normal(size=n), np.round(rng.normal(size=n))])
+    draws[n // 2, 4] = np.nan
+    expected = [float(azs.ess(draws[None, :, [c]], chain_axis=0, draw_axis=1, method="bulk")[0])
+                for c in range(draws.shape[1])]
+    np.testing.assert_allclose(bulk_ess(draws), expected, rtol=1e-12)

@@ -13,8 +13,9 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import arviz_stats as azs
 import numpy as np
+
+from pymc_subsample.diagnostics.bulk_ess import bulk_ess
 
 __all__ = ["RunCheck", "RunMonitor", "drift_check", "ess_check", "mean_check"]
 
@@ -55,8 +56,7 @@ def min_ess_fraction(thetas, stats=None) -> float:
     thetas = np.asarray(thetas, dtype=float)
     if thetas.ndim != 2 or thetas.shape[1] == 0:
         return float("nan")
-    # one chain; every coordinate in one call (the array layer reduces the chain and draw axes)
-    ess = np.asarray(azs.ess(thetas[None], chain_axis=0, draw_axis=1, method="bulk"), dtype=float)
+    ess = bulk_ess(thetas)  # ArviZ's bulk ESS of every coordinate, in one pass
     if not np.any(np.isfinite(ess)):
         return float("nan")
     return float(np.nanmin(ess)) / thetas.shape[0]
