@@ -36,7 +36,7 @@ import numba
 import numpy as np
 
 __all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T", "affine_eta",
-           "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences"]
+           "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences", "write_affine_rows"]
 
 #: the closed forms of :func:`row_differences`, by code
 BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T = range(5)
@@ -198,6 +198,21 @@ def replace_rows(offset, jacobian, coef, owner, centre, kept_offset, kept_jacobi
     """
     offset, jacobian, coef, owner = offset.copy(), jacobian.copy(), coef.copy(), owner.copy()
     centre = centre.copy()
+    write_affine_rows(offset, jacobian, coef, owner, kept_offset, kept_jacobian, kept_coef, kept_owner, rows,
+                      start)
+    for t in range(rows.shape[0]):
+        for j in range(centre.shape[0]):
+            centre[j, start + t] = terms[j, t]
+    return offset, jacobian, coef, owner, centre
+
+
+@numba.njit(cache=True)
+def write_affine_rows(offset, jacobian, coef, owner, kept_offset, kept_jacobian, kept_coef, kept_owner, rows,
+                      start):
+    """Write the η(0), J, block coefficients and block entries of the kept rows ``rows`` (of a
+    :class:`~pymc_subsample.model.affine_rows.KeptAffineRows`) into a batch's, in place, at the
+    positions from ``start`` on.
+    """
     for t in range(rows.shape[0]):
         k, r = start + t, rows[t]
         for v in range(offset.shape[0]):
@@ -208,9 +223,6 @@ def replace_rows(offset, jacobian, coef, owner, centre, kept_offset, kept_jacobi
                 coef[v, b, k] = kept_coef[v, b, r]
         for b in range(owner.shape[0]):
             owner[b, k] = kept_owner[b, r]
-        for j in range(centre.shape[0]):
-            centre[j, k] = terms[j, t]
-    return offset, jacobian, coef, owner, centre
 
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -19,10 +19,11 @@ same arguments give the same iteration to rounding (``tests/test_eta_nuts.py``).
 Why: from Python, an estimate costs the kernel plus 8-12 µs of calls (the prior's, the kernel's 25
 arguments, the machine's resumption), 4-8 times an iteration; the proposal's batch and arguments
 another 60-150 µs. Measured at m = 1000, N = 200,000, one core, 2026-11-30 (an ``astep`` timed
-directly): 322 → 146 µs an iteration at d = 4, 842 → 429 µs at d = 31, the same draws.
+directly, alternating with the path through Python; ``benchmarks/README.md``): 430-460 → 220 µs an
+iteration at d = 4, 860-875 → 375-430 µs at d = 31, the same draws.
 
 Numba's cache is keyed on this file: an edit of :mod:`.resumable_nuts` or of
-:mod:`~pymc_subsample.estimators.eta_estimate` needs a fresh cache when developing. On an empty
+:mod:`~pymc_subsample.estimators.eta_kernels` needs a fresh cache when developing. On an empty
 cache the first call compiles the kernel with everything it calls (measured: 30 s for a first
 iteration against 19 s for the kernels of the path through Python, on the same machine).
 """
@@ -33,7 +34,7 @@ import numba
 import numpy as np
 from numba import types
 
-from pymc_subsample.estimators.eta_kernels import closed_form_sums
+from pymc_subsample.estimators.eta_kernels import closed_form_sums, write_affine_rows
 
 from .compiled_nuts import ECSNUTSResult, _result
 from .resumable_nuts import _N_SCALARS, EVALUATE, WRONG_SIZE, finish, resume, start
@@ -105,19 +106,13 @@ def write_rows(rows, kept, data_rows, start):
     """Write the kept rows ``data_rows`` (y, η(0), J, block coefficients and entries, terms at θ*)
     into the positions from ``start`` on of a subsample's arguments ``rows``, in place.
     """
-    y, offset, jacobian, coef, owner, centre = rows[0], rows[1], rows[2], rows[3], rows[4], rows[11]
+    y, centre = rows[0], rows[11]
     kept_y, kept_offset, kept_jacobian, kept_coef, kept_owner, kept_terms = kept
+    write_affine_rows(rows[1], rows[2], rows[3], rows[4], kept_offset, kept_jacobian, kept_coef, kept_owner,
+                      data_rows, start)
     for t in range(data_rows.shape[0]):
         k, r = start + t, data_rows[t]
         y[k] = kept_y[r]
-        for v in range(offset.shape[0]):
-            offset[v, k] = kept_offset[v, r]
-            for i in range(jacobian.shape[1]):
-                jacobian[v, i, k] = kept_jacobian[v, r, i]
-            for b in range(coef.shape[1]):
-                coef[v, b, k] = kept_coef[v, b, r]
-        for b in range(owner.shape[0]):
-            owner[b, k] = kept_owner[b, r]
         for j in range(centre.shape[0]):
             centre[j, k] = kept_terms[j, r]
 
