@@ -164,10 +164,11 @@ def scaling(args):
           f"per evaluation: {per_eval[10**7] / per_eval[10**5]:.2f}")
 
 
-#: HMCECS's inner samplers timed per iteration: NUTS's tree in the cached Numba machine (the
-#: default), PyMC's NUTS, PyMC's HamiltonianMC, and HMC's whole trajectory in one Numba call
+#: HMCECS's inner samplers timed per iteration: NUTS in Numba (the default: on this closed-form
+#: logistic regression the whole iteration in one call, kernels/eta_nuts.py), PyMC's NUTS, PyMC's
+#: HamiltonianMC, and HMC's whole trajectory in one Numba call
 INNER_SAMPLERS = {
-    "NUTS, tree in Numba (default)": dict(),
+    "NUTS, in Numba (default)": dict(),
     "NUTS, PyMC's (compiled=False)": dict(compiled=False),
     "HMC, PyMC's HamiltonianMC": dict(inner="hmc"),
     "HMC, compiled=True": dict(inner="hmc", compiled=True),
