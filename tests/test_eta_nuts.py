@@ -131,3 +131,22 @@ def test_a_subsample_kept_by_its_indices_copies_its_indices_not_the_data(logisti
     assert subsample.idx[0] != -1
     for a, b in zip(copy.deepcopy(subsample).batch, subsample.batch, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_rows_held_follow_the_rows_computed_exactly(logistic):
+    """With rows computed exactly before the subsample's in the batch, the block update writes at the
+    block's positions after them: the estimate on the step's subsample, gathered from the data, is the
+    one the iterations carry."""
+    from pymc_subsample.kernels import ecs_tuning
+
+    step = warmed_step(logistic, subsample_size=40, num_blocks=4, proxy_order=1)
+    step._use(ecs_tuning.with_size(step.design, 40, exact=np.array([3, 17, 4000])))
+    step.subsample, step.current = step._draw_subsample(), None
+    point = {"beta": step.current_theta}
+    for _ in range(40):
+        point, _ = step.step(point)
+    assert step._eta_nuts() is not None and step.potential.n_exact == 3
+    np.testing.assert_array_equal(step.subsample.batch.rows[:3], [3, 17, 4000])
+    on_rows = TargetEstimate(step, step.subsample.batch, step.subsample)(step.current_theta)
+    np.testing.assert_allclose(float(on_rows[0]), step.current.value, rtol=1e-12)
+    np.testing.assert_allclose(on_rows[1], step.current.grad, rtol=1e-10, atol=1e-10)
