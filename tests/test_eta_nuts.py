@@ -55,8 +55,7 @@ def test_the_fused_iteration_is_the_resumable_machines(logistic, log_u, fresh):
     eta_nuts = step._eta_nuts()
     assert eta_nuts is not None
     subsample, theta, d = step.subsample, np.array(step.current_theta), step.tall.ndim
-    new_idx, block, offset = propose_block_indices(np.random.default_rng(11), step.tall, step.design,
-                                                   subsample.idx)
+    new_idx, block, offset = propose_block_indices(np.random.default_rng(11), step.design, subsample.idx)
     proposal = subsample.with_block(step.tall, new_idx, block, offset)
     current = TargetEstimate(step, subsample.batch, subsample)
     proposed = TargetEstimate(step, proposal.batch, proposal)

@@ -15,7 +15,6 @@ import numpy as np
 
 from pymc_subsample.kernels.potential import SignedSubsample
 from pymc_subsample.subsample.batch import Subsample
-from pymc_subsample.subsample.indices import block_update
 
 __all__ = [
     "GibbsInfo",
@@ -86,18 +85,16 @@ def accept_log_ratio(rng, log_ratio) -> tuple[bool, float]:
     return bool(rng.uniform() < prob), prob
 
 
-def propose_block_indices(rng, tall, design, idx) -> tuple:
+def propose_block_indices(rng, design, idx) -> tuple:
     """(u′'s row indices, the block of positions redrawn, the number of exact rows before u's in a
     batch) of a perturbed proposal from u's indices ``idx``: one of the G blocks redrawn uniformly
-    over the rows not computed exactly (:func:`draw_rest`), or over all rows where none are.
+    over the rows not computed exactly (:func:`draw_rest`, which draws as
+    :func:`~pymc_subsample.subsample.indices.block_update` does where there are none).
     """
-    if design.exact.size:
-        block = design.blocks[rng.integers(len(design.blocks))]
-        new_idx = idx.copy()
-        new_idx[block] = draw_rest(rng, design.n, design.exact, block.stop - block.start)
-        return new_idx, block, design.exact.size
-    new_idx, block = block_update(rng, idx, tall.n_rows, design.blocks)
-    return new_idx, block, 0
+    block = design.blocks[rng.integers(len(design.blocks))]
+    new_idx = idx.copy()
+    new_idx[block] = draw_rest(rng, design.n, design.exact, block.stop - block.start)
+    return new_idx, block, design.exact.size
 
 
 def gather_perturbed(tall, design, exact_batch, idx) -> Subsample:
@@ -130,16 +127,14 @@ def draw_subsample(rng, tall, design, exact_batch=None):
     """
     if design.estimator == "signed":
         return draw_signed(rng, tall, design.lam, design.m)
-    if design.exact.size:
-        return gather_perturbed(tall, design, exact_batch, draw_rest(rng, design.n, design.exact, design.m))
-    return gather_perturbed(tall, design, exact_batch, rng.integers(0, design.n, size=design.m))
+    return gather_perturbed(tall, design, exact_batch, draw_rest(rng, design.n, design.exact, design.m))
 
 
 def propose_subsample(rng, tall, design, subsample):
     """A proposed u' for ``design``: κ of the λ groups redrawn (signed), or one of its G blocks."""
     if design.estimator == "signed":
         return propose_signed_groups(rng, tall, subsample, design.kappa)
-    new_idx, block, offset = propose_block_indices(rng, tall, design, subsample.idx)
+    new_idx, block, offset = propose_block_indices(rng, design, subsample.idx)
     return subsample.with_block(tall, new_idx, block, offset)
 
 

@@ -298,7 +298,7 @@ class CompiledECS:
             eta_nuts.hold(key, TargetEstimate(self, subsample.batch, subsample).fused_rows)
         fresh = self.current is None or not np.array_equal(self.current_theta, theta)
         rows = self.potential.rows_in(subsample)
-        new_idx, block, offset = propose_block_indices(self.rng, self.tall, design, subsample.idx)
+        new_idx, block, offset = propose_block_indices(self.rng, design, subsample.idx)
         momentum, step_size, inverse_mass, (seed, max_treedepth) = self.inner.draw()
         momentum = np.asarray(momentum, dtype=theta.dtype)
         inverse_mass = np.asarray(inverse_mass, dtype=theta.dtype)
