@@ -78,7 +78,7 @@ def affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian
 def perturbed_sums(eta, jacobian, coef, owner, constant_jacobian, slot, dense, first, stride, n_coords,
                    at_eta, centre, pairs, order, subsampled, n_rest, m_rest):
     """(ℓ̂ − Σq − σ̂²/2, its gradient in the ``n_coords`` coordinates η is affine in, σ̂²) of the
-    module docstring's formulas.
+    formulas of :mod:`~pymc_subsample.estimators.eta_estimate`'s docstring.
 
     ``eta`` (p, m) at the coordinates; ``jacobian`` .. ``stride``: J as
     :class:`~pymc_subsample.model.affine_rows.AffineRows` holds it; ``at_eta`` (1 + p, m): f and

@@ -204,6 +204,10 @@ class EtaNUTS:
         signature = prior_signature(prior)
         return None if signature is None else cls(as_prior(prior, signature), fixed, kept)
 
+    def holds(self, key) -> bool:
+        """Whether the arguments held are those of ``key`` (its items the same objects)."""
+        return self.of is not None and all(a is b for a, b in zip(self.of, key, strict=True))
+
     def hold(self, key, rows):
         """Hold a copy of ``rows``, the arguments on the subsample named ``key``."""
         self.rows = tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in rows)

@@ -294,7 +294,7 @@ class CompiledECS:
         theta = np.asarray(q0.data, dtype=np.float64)
         subsample, design = self.subsample, self.design
         key = (subsample, design)
-        if eta_nuts.of is None or any(a is not b for a, b in zip(eta_nuts.of, key)):
+        if not eta_nuts.holds(key):
             eta_nuts.hold(key, TargetEstimate(self, subsample.batch, subsample).fused_rows)
         fresh = self.current is None or not np.array_equal(self.current_theta, theta)
         rows = self.potential.rows_in(subsample)
