@@ -239,14 +239,16 @@ def seconds_per_draw(step, draws, first, runs=3):
     callbacks is the cost of a draw, everything PyMC does per draw and the run checks included, its
     start-up and the building of its result not. The median over the runs (the machine's speed
     drifts: a difference of the totals of two runs moved by up to 0.1 ms a draw)."""
+    tune = 500
+
     def per_draw():
         stamps = []
-        idata = pm.sample(step=step, draws=draws, tune=500, chains=1, random_seed=1, progressbar=False,
+        idata = pm.sample(step=step, draws=draws, tune=tune, chains=1, random_seed=1, progressbar=False,
                           compute_convergence_checks=False,
                           callback=lambda **_: stamps.append(time.perf_counter()))
-        return float(np.mean(np.diff(stamps[500:]))), idata
+        return float(np.mean(np.diff(stamps[tune:]))), idata
 
-    pm.sample(step=step, draws=first, tune=500, chains=1, random_seed=1, progressbar=False,
+    pm.sample(step=step, draws=first, tune=tune, chains=1, random_seed=1, progressbar=False,
               compute_convergence_checks=False)
     measured = [per_draw() for _ in range(runs)]
     return float(np.median([m[0] for m in measured])), measured[-1][1]
