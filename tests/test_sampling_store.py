@@ -51,18 +51,24 @@ def _model(X_source, y_source, in_memory=False, **kwargs):
     return model
 
 
-def _draws(model):
+def _draws(model, rows_kept=True):
+    """``rows_kept=False``: HMCECS without the iterations that keep every row's arguments in memory
+    (:mod:`pymc_subsample.step_methods.fused_ecs`, which draw from their own random stream), as it
+    runs on rows read from a store."""
     with model, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Could not extract data from symbolic observation")
-        idata = pm.sample(step=pms.HMCECS(subsample_size=300, progressbar=False), draws=30, tune=30,
-                          chains=1, random_seed=11, progressbar=False, compute_convergence_checks=False)
+        step = pms.HMCECS(subsample_size=300, progressbar=False)
+        if not rows_kept:
+            step._eta_nuts_state = None
+        idata = pm.sample(step=step, draws=30, tune=30, chains=1, random_seed=11, progressbar=False,
+                          compute_convergence_checks=False)
     return idata.posterior["beta"].values
 
 
 @pytest.fixture(scope="module")
 def reference(data):
     X, y, _ = data
-    return _draws(_model(X, y, in_memory=True))
+    return _draws(_model(X, y, in_memory=True), rows_kept=False)
 
 
 def _quiet(model_fn):

@@ -77,14 +77,19 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @numba.njit(cache=True)
-def _uniform(state):
-    """The next splitmix64 output of ``state`` (a uint64[1], advanced in place) as a float in [0, 1)."""
+def _bits(state):
+    """The next splitmix64 output of ``state`` (a uint64[1], advanced in place)."""
     state[0] += _GOLDEN
     z = state[0]
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
-    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # the top 53 bits
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def _uniform(state):
+    """The next splitmix64 output of ``state`` (a uint64[1], advanced in place) as a float in [0, 1)."""
+    return float(_bits(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # the top 53 bits
 
 
 @numba.njit(cache=True)

@@ -16,6 +16,11 @@ rows replaced: they are written into u's arguments in place from the rows' argum
 argument of the batch (24-45 µs an iteration at m = 1000) and gathers its rows from the data. The
 same arguments give the same iteration to rounding (``tests/test_eta_nuts.py``).
 
+:func:`eta_nuts_draws` runs K such iterations in one call and draws their random numbers itself,
+from one splitmix64 stream (the block and its rows, log U, the momentum p = F z, the transition's
+seed), so that nothing returns to Python between them: HMCECS runs K = 1 during warm-up and up to 64
+after it (:mod:`~pymc_subsample.step_methods.fused_ecs`).
+
 Why: from Python, an estimate costs the kernel plus 8-12 µs of calls (the prior's, the kernel's 25
 arguments, the machine's resumption), 4-8 times an iteration; the proposal's batch and arguments
 another 60-150 µs. Measured at m = 1000, N = 200,000, one core, 2026-11-30 (an ``astep`` timed
@@ -30,16 +35,19 @@ iteration against 19 s for the kernels of the path through Python, on the same m
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 from numba import types
 
 from pymc_subsample.estimators.eta_kernels import closed_form_sums, write_affine_rows
 
-from .compiled_nuts import ECSNUTSResult, _result
+from .compiled_nuts import ECSNUTSResult, _bits, _result, _uniform
 from .resumable_nuts import _N_SCALARS, EVALUATE, WRONG_SIZE, finish, resume, start
 
-__all__ = ["EtaNUTS", "as_prior", "eta_nuts_iteration", "prior_signature", "write_rows"]
+__all__ = ["DRAW_STATS", "Draws", "EtaNUTS", "as_prior", "eta_nuts_draws", "eta_nuts_iteration",
+           "prior_signature", "write_rows"]
 
 #: what PyTensor's Numba function of the prior takes: its inputs as one tuple, here (θ,)
 PRIOR_ARGUMENTS = (types.UniTuple(types.float64[::1], 1),)
@@ -180,6 +188,125 @@ def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value,
     return take, log_ratio, value, grad, extras, status, finish(work, ints)
 
 
+#: the columns of :func:`eta_nuts_draws`'s stats, one row an iteration
+DRAW_STATS = ("subsample_accepted", "subsample_log_ratio", "start_sigma2", "tree_depth", "n_steps",
+              "mean_tree_accept", "energy", "energy_error", "max_energy_error", "diverging", "value")
+
+
+@numba.njit(cache=True)
+def _row_outside(stream, n, exact):
+    """A row uniform over the ``n`` rows not in ``exact`` (sorted): uniform over all n, drawn again
+    where it is in ``exact`` (as :func:`~.subsample_update.draw_rest`). ⌊u·n⌋ of a 53-bit u: a row's
+    probability is off 1/n by at most 2⁻⁵³ relative per row of n.
+    """
+    while True:
+        r = min(np.int64(_uniform(stream) * n), n - 1)
+        k = np.searchsorted(exact, r)
+        if k == exact.shape[0] or exact[k] != r:
+            return r
+
+
+@numba.njit(cache=True)
+def _standard_normals(stream, out):
+    """Fill ``out`` with N(0, 1) draws, two a pair of uniforms (Box-Muller)."""
+    for i in range(0, out.shape[0], 2):
+        radius = np.sqrt(-2.0 * np.log(1.0 - _uniform(stream)))  # 1 − u ∈ (0, 1]
+        angle = 2.0 * np.pi * _uniform(stream)
+        out[i] = radius * np.cos(angle)
+        if i + 1 < out.shape[0]:
+            out[i + 1] = radius * np.sin(angle)
+
+
+@numba.njit(cache=True, fastmath=True)
+def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exact, n, exact_before, theta,
+                   value, grad, extras, fresh, step_size, inverse_mass, momentum_factor, seed, max_treedepth,
+                   out_theta, out_grad, out_stats, out_idx):
+    """K = ``out_theta.shape[0]`` HMC-ECS iterations from θ₀ = ``theta``, each as
+    :func:`eta_nuts_iteration`, with their random numbers drawn here from one splitmix64 stream
+    seeded by ``seed``: per iteration the block (uniform over the G blocks), its rows (uniform over
+    the rows not computed exactly, eq. 4.2), log U of the subsample update (eq. 3.5), the momentum
+    p = F z ~ N(0, M) and the NUTS transition's seed.
+
+    Parameters
+    ----------
+    work, ints, rng, priors, fixed, kept, rows
+        As for :func:`eta_nuts_iteration`; ``rows`` are those of the subsample ``idx``.
+    idx : ndarray of int64
+        u's rows not computed exactly, changed in place to those of the subsample kept.
+    bounds : ndarray of int64
+        The G + 1 edges of the blocks' positions in ``idx``.
+    exact : ndarray of int64
+        The rows computed exactly, sorted; ``exact_before`` of them come before ``idx``'s in ``rows``.
+    n : int
+        N.
+    theta, value, grad, extras, fresh
+        θ₀, the estimate there on u (``fresh``: computed here instead).
+    step_size, inverse_mass, max_treedepth
+        NUTS's ε, M⁻¹ and tree depth, the same for the K transitions.
+    momentum_factor : ndarray
+        F with F Fᵀ = M.
+    out_theta, out_grad, out_stats, out_idx : ndarray
+        (K, d), (K, d), (K, len(:data:`DRAW_STATS`)), (K, m): per iteration the draw, the gradient
+        there, the stats and u's rows after it.
+
+    Returns
+    -------
+    tuple
+        (iterations run, the machine's status, the value, gradient and extras at the last draw).
+        Fewer than K iterations run only where the status is ``WRONG_SIZE``.
+    """
+    stream = np.empty(1, dtype=np.uint64)
+    stream[0] = seed
+    d, blocks = theta.shape[0], bounds.shape[0] - 1
+    largest = 0
+    for b in range(blocks):
+        largest = max(largest, bounds[b + 1] - bounds[b])
+    new_rows, old_rows = np.empty(largest, dtype=np.int64), np.empty(largest, dtype=np.int64)
+    z, momentum = np.empty(d), np.empty(d)
+    status = 0
+    for it in range(out_theta.shape[0]):
+        b = min(np.int64(_uniform(stream) * blocks), blocks - 1)
+        lo, size = bounds[b], bounds[b + 1] - bounds[b]
+        for t in range(size):
+            new_rows[t], old_rows[t] = _row_outside(stream, n, exact), idx[lo + t]
+        log_u = np.log(_uniform(stream))
+        _standard_normals(stream, z)
+        for i in range(d):
+            total = 0.0
+            for j in range(d):
+                total += momentum_factor[i, j] * z[j]
+            momentum[i] = total
+        take, log_ratio, start_value, start_grad, start_extras, status, out = eta_nuts_iteration(
+            work, ints, rng, priors, fixed, kept, rows, theta, value, grad, extras, fresh, new_rows[:size],
+            old_rows[:size], exact_before + lo, log_u, momentum, step_size, inverse_mass, _bits(stream),
+            max_treedepth)
+        if status == WRONG_SIZE:
+            return it, status, value, grad, extras
+        if take:
+            idx[lo:lo + size] = new_rows[:size]
+        theta, value, grad, extras = out[0], out[1], out[2], out[3]
+        fresh = False
+        out_theta[it], out_grad[it], out_idx[it] = theta, grad, idx
+        row = out_stats[it]
+        row[0], row[1], row[2] = take, log_ratio, start_extras[0]
+        row[3], row[4], row[5], row[6], row[7], row[8] = out[4], out[5], out[6], out[7], out[8], out[9]
+        row[9], row[10] = out[10], value
+    return out_theta.shape[0], status, value, grad, extras
+
+
+class Draws(NamedTuple):
+    """K iterations of :func:`eta_nuts_draws`: per iteration the draw, the gradient there, the stats
+    (columns :data:`DRAW_STATS`) and u's rows not computed exactly; the value, gradient and extras at
+    the last draw on the last u.
+    """
+
+    theta: np.ndarray
+    grad: np.ndarray
+    stats: np.ndarray
+    idx: np.ndarray
+    last: tuple
+
+
 class EtaNUTS:
     """HMC-ECS iterations by :func:`eta_nuts_iteration`: the prior, the fixed and kept arguments, and
     the current subsample's arguments (a copy, changed in place from one iteration to the next).
@@ -233,3 +360,26 @@ class EtaNUTS:
             raise ValueError("HMC-ECS's compiled NUTS iteration: an array or the estimate's gradient or "
                              "extras do not fit its machine")
         return ECSNUTSResult(bool(take), float(log_ratio), (float(value), grad, extras), _result(out))
+
+    def draws(self, machine, theta, start, idx, layout, step_size, inverse_mass, momentum_factor, seed,
+              max_treedepth, count) -> Draws:
+        """``count`` iterations by :func:`eta_nuts_draws` from θ₀ = ``theta`` on the subsample ``idx``
+        (the rows held; a copy is changed), ``start`` as for :meth:`iteration`; ``layout`` = (the
+        blocks' edges, the rows computed exactly sorted, N, how many of them come first in the rows
+        held).
+        """
+        fresh = start is None
+        value, grad, extras = (0.0, theta, theta[:1]) if fresh else start
+        d, m = theta.shape[0], idx.shape[0]
+        out = Draws(np.empty((count, d)), np.empty((count, d)), np.empty((count, len(DRAW_STATS))),
+                    np.empty((count, m), dtype=np.int64), None)
+        bounds, exact, n, exact_before = layout
+        done, status, value, grad, extras = eta_nuts_draws(
+            machine.work, machine.ints, machine.rng, self.prior, self.fixed, self.kept, self.rows,
+            np.array(idx, dtype=np.int64), bounds, exact, int(n), int(exact_before), theta, float(value),
+            grad, extras, fresh, float(step_size), inverse_mass, momentum_factor, np.uint64(seed),
+            int(max_treedepth), out.theta, out.grad, out.stats, out.idx)
+        if status == WRONG_SIZE:
+            raise ValueError("HMC-ECS's compiled NUTS iteration: an array or the estimate's gradient or "
+                             "extras do not fit its machine")
+        return out._replace(last=(float(value), grad, extras))

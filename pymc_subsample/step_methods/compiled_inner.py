@@ -9,8 +9,8 @@ leapfrog step around the potential's call. Here:
   calls, in whatever mode PyTensor compiled it) and resumes the machine: 1-2 µs of bookkeeping a
   step, and no compilation in a process once the machine is in Numba's cache; where the estimate is
   the closed form of :func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums` with every
-  row's arguments kept, the subsample update and the whole transition are instead one call of
-  :func:`~pymc_subsample.kernels.eta_nuts.eta_nuts_iteration` (:meth:`CompiledECS._eta_nuts_astep`);
+  row's arguments kept, whole iterations run in Numba instead, several a call after warm-up
+  (:mod:`~pymc_subsample.step_methods.fused_ecs`);
 - HMC with ``compiled=True``: the subsample update and the whole trajectory in one Numba call
   (:mod:`pymc_subsample.kernels.compiled_hmc`) around the Numba function of the estimate graph
   (:class:`~pymc_subsample.estimators.estimate_graph.EstimateGraph`), which Numba compiles again in
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import time
-from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -36,12 +35,9 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_subsample.estimators.loglik import block_poisson_spread_and_sign
 from pymc_subsample.kernels.compiled_hmc import ecs_iteration
-from pymc_subsample.kernels.eta_nuts import EtaNUTS
 from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
-from pymc_subsample.kernels.subsample_update import gather_perturbed, propose_block_indices
 from pymc_subsample.model.compile import numba_callable
 from pymc_subsample.pymc_protocol import step_state
-from pymc_subsample.subsample.batch import GatheredOnUse
 
 __all__ = ["CompiledECS", "CompiledHMC", "CompiledHMCState", "TargetEstimate", "compiled_options"]
 
@@ -100,7 +96,7 @@ class CompiledHMC(WithSamplingState):
         self.target_accept = target_accept
         self.step_adapt = DualAverageAdaptation(step_scale / ndim**0.25, target_accept, gamma, k, t0)
         self.rng, self.tune, self.divergences, self.iter_count = rng, True, 0, 0
-        self.inverse_mass = None
+        self.inverse_mass = self._momentum_factor = None
         self._probe = np.random.default_rng(0).standard_normal(ndim)
 
     def setup_chain(self, rng, tune, draws):
@@ -134,6 +130,19 @@ class CompiledHMC(WithSamplingState):
             extra = (self.rng.integers(2**64, dtype=np.uint64),
                      self.early_max_treedepth if early else self.max_treedepth)
         return momentum, step_size, self._current_inverse_mass(), extra
+
+    def fixed_for_draws(self):
+        """(F with F Fᵀ = M, ε, M⁻¹, the tree depth) of the next NUTS transitions: what
+        :func:`~pymc_subsample.kernels.eta_nuts.eta_nuts_draws` takes to draw each momentum itself.
+        With M⁻¹ = L Lᵀ (Cholesky), F = L⁻ᵀ; computed again only when M⁻¹ changed.
+        """
+        inverse_mass = self._current_inverse_mass()
+        if self._momentum_factor is None or self._momentum_factor[0] is not inverse_mass:
+            factor = np.linalg.inv(np.linalg.cholesky(inverse_mass)).T
+            self._momentum_factor = (inverse_mass, np.ascontiguousarray(factor))
+        early = self.tune and self.iter_count < EARLY_DRAWS
+        return (self._momentum_factor[1], self.step_adapt.current(self.tune), inverse_mass,
+                self.early_max_treedepth if early else self.max_treedepth)
 
     def _current_inverse_mass(self):
         """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again during warm-up
@@ -199,22 +208,6 @@ class CompiledECS:
         if machine is None or not machine.fits(d, extras, max_treedepth):
             machine = self._machine = NUTSMachine(d, extras, max(max_treedepth, self.inner.max_treedepth))
         return machine
-
-    def _eta_nuts(self):
-        """The :class:`~pymc_subsample.kernels.eta_nuts.EtaNUTS` that runs NUTS's whole iteration in one
-        Numba call, where it can (the perturbed estimate of
-        :func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums` in θ, with every row's
-        arguments kept and a prior of the signature it calls), else None.
-        """
-        if not hasattr(self, "_eta_nuts_state"):
-            state = None
-            if self.inner.kind == "nuts" and self.estimator == "perturbed":
-                fused_fixed = getattr(self.target.perturbed_function(), "fused_fixed", None)
-                parts = fused_fixed() if fused_fixed is not None else None
-                kept = self.target.eta_kept_rows() if parts is not None else None
-                state = EtaNUTS.for_prior(*parts, kept) if kept is not None else None
-            self._eta_nuts_state = state
-        return self._eta_nuts_state
 
     def _args_for(self, subsample, parent=None) -> tuple:
         """(the potential's arguments on ``subsample``, what a proposal from it reuses); ``parent``: the
@@ -283,36 +276,6 @@ class CompiledECS:
             self.subsample, self._compiled_args = proposal, (proposal, proposed, proposed_reuse)
         rows_before = rows_read + self.potential.rows_in(proposal)
         return transition.theta, self._finish(result, perf_start, rows_before)
-
-    def _eta_nuts_astep(self, eta_nuts, q0):
-        """:meth:`_compiled_astep` by ``eta_nuts`` (an :class:`~pymc_subsample.kernels.eta_nuts.EtaNUTS`):
-        the proposal's block is written into the arguments it holds, and u′ kept by its indices
-        (:class:`~pymc_subsample.subsample.batch.GatheredOnUse`). The same draws from the same
-        generators as the other path.
-        """
-        perf_start = time.perf_counter()
-        theta = np.asarray(q0.data, dtype=np.float64)
-        subsample, design = self.subsample, self.design
-        key = (subsample, design)
-        if not eta_nuts.holds(key):
-            eta_nuts.hold(key, TargetEstimate(self, subsample.batch, subsample).fused_rows)
-        fresh = self.current is None or not np.array_equal(self.current_theta, theta)
-        rows = self.potential.rows_in(subsample)
-        new_idx, block, offset = propose_block_indices(self.rng, design, subsample.idx)
-        momentum, step_size, inverse_mass, (seed, max_treedepth) = self.inner.draw()
-        momentum = np.asarray(momentum, dtype=theta.dtype)
-        inverse_mass = np.asarray(inverse_mass, dtype=theta.dtype)
-        log_u_subsample = math.log(self.rng.random())  # U(0, 1) as rng.uniform() draws it
-        start = None if fresh else (self.current.value, np.asarray(self.current.grad, dtype=theta.dtype),
-                                    self.current.extras)
-        result = eta_nuts.iteration(self._nuts_machine(max_treedepth), theta, start, new_idx[block],
-                                    subsample.idx[block], block.start + offset, log_u_subsample, momentum,
-                                    step_size, inverse_mass, seed, max_treedepth)
-        if result.subsample_accepted:
-            gather = partial(gather_perturbed, self.tall, design, self._exact_batch)
-            self.subsample = GatheredOnUse(new_idx, gather)
-            eta_nuts.hold_as((self.subsample, design))
-        return result.nuts.theta, self._finish(result, perf_start, (rows if fresh else 0) + rows)
 
     def _finish(self, result, perf_start, rows_before):
         """The state after an iteration's ``result`` and its stats; ``rows_before``: the rows of the

@@ -49,6 +49,7 @@ from pymc_subsample.step_methods.compiled_inner import (
     CompiledHMC,
     compiled_options,
 )
+from pymc_subsample.step_methods.fused_ecs import FusedECS
 from pymc_subsample.step_methods.inner_hmc import (
     CURVED_TARGET_ACCEPT,
     DENSE_ADAPT_MAX_DIM,
@@ -75,10 +76,12 @@ class HMCECSState(SubsampleStepState):
     warmup_thetas: Any = None
     warmup_signs: Any = None
     warmup_warned: bool = False
+    draws_ahead: Any = None
+    draws_left: Any = None
 
 
 @step_state(HMCECSState)
-class HMCECS(CompiledECS, InnerHMC, SubsampleStep):
+class HMCECS(FusedECS, CompiledECS, InnerHMC, SubsampleStep):
     r"""HMC-ECS step method: pass to ``pm.sample(step=pms.HMCECS(...))``.
 
     Parameters
