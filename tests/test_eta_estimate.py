@@ -289,7 +289,7 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     (log1p: ln 2 + 2 atanh(s) cancels just above √2 − 1)."""
     import numba
 
-    from pymc_subsample.estimators.eta_kernels import _exp, _expm1, _log1p
+    from pymc_subsample.estimators.eta_kernels import _exp, _expm1, _log1p, _log1p_unit
 
     @numba.njit(fastmath=True)
     def each(function, x):
@@ -311,6 +311,8 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     v = np.concatenate([np.geomspace(1e-300, 1e300, 20001), np.linspace(0.4, 0.43, 2001), [0.0]])
     exact = np.log1p(v)
     assert np.all(np.abs(each(_log1p, v) - exact) <= 1e-15 * exact)
+    unit = np.concatenate([np.geomspace(1e-300, 1.0, 20001), np.linspace(0.4, 0.43, 2001), [0.0, 1.0]])
+    assert np.all(np.abs(each(_log1p_unit, unit) - np.log1p(unit)) <= 1e-15 * np.log1p(unit))
 
 
 def test_the_model_names_the_closed_forms_by_the_kernels_codes():

@@ -306,6 +306,17 @@ def _log1p(v):
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _log1p_unit(v):
+    """log(1 + v) for 0 ≤ v ≤ 1, as :func:`_log1p` without the exponent's bits: 1 + v ∈ [1, 2] is
+    2ᵏ·w with k = 0 (s = v/(2 + v)) below √2 − 1 and k = 1 above (s = (v − 1)/(v + 3)), so that the
+    loop calling it stays arithmetic LLVM vectorises.
+    """
+    small = v < _SQRT2 - 1.0
+    s = v / (2.0 + v) if small else (v - 1.0) / (v + 3.0)
+    return 2.0 * s * _horner(_ATANH_ODD, s * s) + (0.0 if small else _LN2)
+
+
+@numba.njit(cache=True, error_model="numpy")
 def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
     """(f(y_k, η_k) − f_k* (m,), ∂f/∂η_j (p, m)) of the family ``code`` (module docstring) at ``eta``
     (p, m), with the rows' terms at θ* ``centre`` as :func:`perturbed_sums` reads them;
@@ -317,12 +328,15 @@ def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
     f_c = centre[p]
     if code == BERNOULLI_LOGIT:
         j = eta_index[0]
-        # softplus(x) = max(x, 0) + log(1 + e^{−|x|})
+        # softplus(x) = max(x, 0) + log(1 + e^{−|x|}), e^{−|x|} in a loop of its own: with both
+        # polynomials in one loop LLVM vectorised it poorly (measured at m = 1000: 7.4 → 4.5 µs)
+        e = np.empty(m)
         for k in range(m):
-            x = eta[j, k]
-            e = _exp(-abs(x))
-            d[k] = y[k] * x - (max(x, 0.0) + _log1p(e)) - f_c[k]
-            slope[j, k] = y[k] - (1.0 if x >= 0.0 else e) / (1.0 + e)
+            e[k] = _exp(-abs(eta[j, k]))
+        for k in range(m):
+            x, v = eta[j, k], e[k]
+            d[k] = y[k] * x - (max(x, 0.0) + _log1p_unit(v)) - f_c[k]
+            slope[j, k] = y[k] - (1.0 if x >= 0.0 else v) / (1.0 + v)
     elif code == POISSON_LOG:
         j = eta_index[0]
         curvature = centre[2 * p + 1 + _pair(p, j, j)]

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pymc as pm
-from pymc.blocking import DictToArrayBijection
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
@@ -224,7 +223,9 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         if not self.tune:
             if self.monitor is None:  # tune=False set by hand, without stop_tuning
                 self.monitor = RunMonitor(self.run_checks())
-            theta = DictToArrayBijection.map({name: new_point[name] for name in self.var_names}).data
+            # θ raveled in the order of var_names, as DictToArrayBijection.map ravels it (the monitor
+            # copies it)
+            theta = np.concatenate([np.ravel(new_point[name]) for name in self.var_names])
             self.monitor.record(theta, stats[0])
         return new_point, stats
 

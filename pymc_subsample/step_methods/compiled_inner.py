@@ -96,7 +96,7 @@ class CompiledHMC(WithSamplingState):
         self.target_accept = target_accept
         self.step_adapt = DualAverageAdaptation(step_scale / ndim**0.25, target_accept, gamma, k, t0)
         self.rng, self.tune, self.divergences, self.iter_count = rng, True, 0, 0
-        self.inverse_mass = self._momentum_factor = None
+        self.inverse_mass = self._momentum_factor = self._fixed_stats = None
         self._probe = np.random.default_rng(0).standard_normal(ndim)
 
     def setup_chain(self, rng, tune, draws):
@@ -112,6 +112,7 @@ class CompiledHMC(WithSamplingState):
     def stop_tuning(self):
         self.tune = False
         self.inverse_mass = None  # read once more: the last warm-up draw may have adapted the metric
+        self._fixed_stats = None
 
     def draw(self):
         """(p₀ ~ N(0, M), ε, M⁻¹, and HMC's L or NUTS's seed and tree depth) for one transition.
@@ -158,6 +159,14 @@ class CompiledHMC(WithSamplingState):
             self.inverse_mass = (np.ascontiguousarray(matrix), probe)
         return self.inverse_mass[0]
 
+    def _step_size_stats(self) -> dict:
+        """The dual averaging's stats; after warm-up they no longer change, and are computed once."""
+        if self.tune:
+            return self.step_adapt.stats()
+        if self._fixed_stats is None:
+            self._fixed_stats = self.step_adapt.stats()
+        return self._fixed_stats
+
     def update(self, result, perf_start) -> dict:
         """Adapt after one transition; its stats under ArviZ's names (as :data:`INNER_HMC_STATS`), with
         ``step_size`` and ``step_size_bar`` the dual averaging's after its update, as PyMC's
@@ -175,7 +184,7 @@ class CompiledHMC(WithSamplingState):
             "energy": result.energy,
             "energy_error": result.energy_error,
             "max_energy_error": result.max_energy_error,
-            **self.step_adapt.stats(),
+            **self._step_size_stats(),
             "acceptance_rate": accept,
             "n_steps": result.n_steps,
             "tree_depth": 0 if self.kind == "hmc" else result.tree_depth,

@@ -24,13 +24,14 @@ PyMC's generators, one at a time), so the two paths agree in distribution, not d
 
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 
 import numpy as np
 
 from pymc_subsample.kernels.compiled_nuts import NUTSResult
-from pymc_subsample.kernels.eta_nuts import DRAW_STATS, EtaNUTS
+from pymc_subsample.kernels.eta_nuts import EtaNUTS
 from pymc_subsample.kernels.subsample_update import gather_perturbed
 from pymc_subsample.step_methods.compiled_inner import TargetEstimate, _estimate
 from pymc_subsample.subsample.batch import GatheredOnUse
@@ -40,16 +41,15 @@ __all__ = ["DRAWS_AHEAD", "FusedECS"]
 #: the most iterations one call runs after warm-up: 64 iterations are 5-30 ms at m = 1000
 DRAWS_AHEAD = 64
 
-_COLUMN = {name: i for i, name in enumerate(DRAW_STATS)}
-
-
 class _Ahead:
     """Draws computed ahead: the :class:`~pymc_subsample.kernels.eta_nuts.Draws` of one call, the next
     one to hand out, the seconds of the call per draw, and the subsample of the last draw handed out.
     """
 
-    def __init__(self, draws, seconds_each, subsample, fresh_rows):
+    def __init__(self, draws, seconds_each, subsample, gather, rows, fresh_rows):
         self.draws, self.next, self.seconds_each, self.subsample = draws, 0, seconds_each, subsample
+        self.gather = gather  # a subsample's rows from its indices (GatheredOnUse)
+        self.rows = rows  # the rows of an estimate
         self.fresh_rows = fresh_rows  # the rows of the estimate at θ₀, made where it was not known
 
     def continues(self, theta) -> bool:
@@ -115,8 +115,10 @@ class FusedECS:
                                self.rng.integers(2**64, dtype=np.uint64), max_treedepth, count)
         self.current = None  # the estimate at the last draw, set when it is handed out
         eta_nuts.hold_as(None)  # the rows held are the last draw's u, made when it is handed out
-        return _Ahead(draws, (time.perf_counter() - perf_start) / count, subsample,
-                      self.potential.rows_in(subsample) if fresh else 0)
+        rows = self.potential.rows_in(subsample)
+        gather = partial(gather_perturbed, self.tall, design, self._exact_batch)
+        return _Ahead(draws, (time.perf_counter() - perf_start) / count, subsample, gather, rows,
+                      rows if fresh else 0)
 
     def _block_layout(self) -> tuple:
         """(the blocks' edges, the rows computed exactly sorted, N, their number) of the design."""
@@ -133,10 +135,10 @@ class FusedECS:
         perf_start = time.perf_counter() - ahead.seconds_each
         j, draws = ahead.next, ahead.draws
         ahead.next += 1
-        row = draws.stats[j].tolist()
-        if row[_COLUMN["subsample_accepted"]]:
-            gather = partial(gather_perturbed, self.tall, self.design, self._exact_batch)
-            ahead.subsample = GatheredOnUse(draws.idx[j], gather)
+        (accepted, log_ratio, start_sigma2, depth, n_steps, accept, energy, energy_error, max_energy_error,
+         diverging, value) = draws.stats[j].tolist()  # eta_nuts.DRAW_STATS
+        if accepted:
+            ahead.subsample = GatheredOnUse(draws.idx[j], ahead.gather)
         self.subsample = ahead.subsample
         theta, grad = draws.theta[j], draws.grad[j]
         if ahead.next == len(draws.theta):  # the draw the rows held and the last estimate are at
@@ -145,21 +147,18 @@ class FusedECS:
             eta_nuts.hold_as((self.subsample, self.design))
         if not self.tune and self.draws_left is not None:
             self.draws_left -= 1
-        transition = NUTSResult(theta, row[_COLUMN["value"]], grad, None, int(row[_COLUMN["tree_depth"]]),
-                                int(row[_COLUMN["n_steps"]]), row[_COLUMN["mean_tree_accept"]],
-                                row[_COLUMN["energy"]], row[_COLUMN["energy_error"]],
-                                row[_COLUMN["max_energy_error"]], bool(row[_COLUMN["diverging"]]))
+        n_steps = int(n_steps)
+        transition = NUTSResult(theta, value, grad, None, int(depth), n_steps, accept, energy, energy_error,
+                                max_energy_error, bool(diverging))
         stats = self.inner.update(transition, perf_start)
-        rows = self.potential.rows_in(self.subsample)
-        fresh_rows, ahead.fresh_rows = ahead.fresh_rows, 0
-        n_loglik = fresh_rows + rows + rows * transition.n_steps  # u′ at θ₀, then the path's
+        rows, fresh_rows, ahead.fresh_rows = ahead.rows, ahead.fresh_rows, 0
+        n_loglik = fresh_rows + rows + rows * n_steps  # u′ at θ₀, then the path's
         self.potential.n_rows_evaluated += n_loglik
-        log_ratio = row[_COLUMN["subsample_log_ratio"]]
         stats.update(
-            subsample_accept=float(np.exp(min(0.0, log_ratio))) if np.isfinite(log_ratio) else 0.0,
-            loglik_var=row[_COLUMN["start_sigma2"]],  # σ̂² at θ^(j-1) with the accepted u^(j)
+            subsample_accept=math.exp(min(0.0, log_ratio)) if math.isfinite(log_ratio) else 0.0,
+            loglik_var=start_sigma2,  # σ̂² at θ^(j-1) with the accepted u^(j)
             n_loglik_evals=n_loglik,
-            n_grad_evals=rows * transition.n_steps,
+            n_grad_evals=rows * n_steps,
             sign=1.0,
         )
         return theta.copy(), stats
