@@ -139,9 +139,8 @@ class RunMonitor:
 
     def record(self, theta, stats: dict):
         self.thetas.append(np.array(theta, dtype=float))
-        for key, value in stats.items():
-            if self.kept is not None and key not in self.kept:
-                continue
+        for key in stats if self.kept is None else self.kept:
+            value = stats.get(key)
             # scalars only (a NumPy scalar is 0-d; arrays are not np.number): no np.ndim per stat
             if isinstance(value, (int, float, bool, np.number, np.bool_)):
                 self.stats.setdefault(key, []).append(float(value))
