@@ -162,8 +162,11 @@ def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, 
     scale = n_rest / m_rest
     sigma2 = scale * scale * s2
     value = (total - s1) + scale * s1 - 0.5 * sigma2
-    # ∂(value)/∂d_k: 1 on E; n_R/m − (n_R²/m²)(d_k − d̄) on R (the second from −σ̂²/2)
-    c = 1.0 + subsampled * (scale - scale * scale * (d - mean) - 1.0)
+    # ∂(value)/∂d_k: 1 on E; n_R/m − (n_R²/m²)(d_k − d̄) on R (the second from −σ̂²/2); one loop, where
+    # the array expression made five temporaries (1.5-2 µs at m = 1000)
+    c = np.empty(m)
+    for k in range(m):
+        c[k] = 1.0 + subsampled[k] * (scale - scale * scale * (d[k] - mean) - 1.0)
     grad = np.zeros(n_coords)
     weights = np.empty(m)
     for j in range(p):
