@@ -243,3 +243,24 @@ def test_draws_held_ahead_agree_with_the_path_through_python(logistic):
     assert np.abs(z).max() < 4, z
     sd_ratio = draws[True].std(axis=0) / draws[False].std(axis=0)
     assert np.all(np.abs(np.log(sd_ratio)) < 4 * np.sqrt(1 / ess[True] + 1 / ess[False])), sd_ratio
+
+
+@pytest.mark.parametrize("tune", [0, 40])
+def test_a_chain_runs_ahead_only_the_draws_it_was_given(logistic, tune):
+    """During warm-up one iteration a call; after it as many as the chain has left, 64 at most, so
+    that no iteration is run and dropped; the rows counted are those of the draws handed out."""
+    with logistic:
+        step = pms.HMCECS(subsample_size=300, num_blocks=10, rng=5)
+    calls = []
+    draws_from = step._draws_from
+    step._draws_from = lambda eta_nuts, theta: calls.append(step.tune) or draws_from(eta_nuts, theta)
+    before = step.potential.n_rows_evaluated
+    with logistic:
+        idata = pm.sample(step=step, draws=100, tune=tune, chains=1, random_seed=2, progressbar=False,
+                          compute_convergence_checks=False, discard_tuned_samples=False)
+    assert calls == [True] * tune + [False] * 2  # 64 + 36
+    assert len(step.draws_ahead.draws.theta) == 36 and step.draws_ahead.next == 36
+    counted = int(idata.sample_stats["n_loglik_evals"].sum())
+    if tune:
+        counted += int(idata.warmup_sample_stats["n_loglik_evals"].sum())
+    assert step.potential.n_rows_evaluated - before == counted
