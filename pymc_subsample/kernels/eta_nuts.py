@@ -28,8 +28,8 @@ directly, alternating with the path through Python; ``benchmarks/README.md``): 4
 iteration at d = 4, 860-875 → 375-430 µs at d = 31, the same draws. Of the 220 µs at d = 4, the
 call of :func:`eta_nuts_iteration` was 75 (of which 17-24 µs the conversion of its arguments and
 results); the random draws, the calls' arguments and the stats around it most of the rest, which
-:func:`eta_nuts_draws` pays once per K iterations: 0.11 ms a draw inside ``pm.sample`` at d = 4,
-0.29 ms at d = 31.
+:func:`eta_nuts_draws` pays once per K iterations: 0.10 ms a draw inside ``pm.sample`` at d = 4,
+0.27 ms at d = 31.
 
 Numba's cache is keyed on this file: an edit of :mod:`.resumable_nuts` or of
 :mod:`~pymc_subsample.estimators.eta_kernels` needs a fresh cache when developing. On an empty
