@@ -8,7 +8,9 @@ import pytest
 from conftest import logistic_data, logistic_model
 
 import pymc_subsample as pms
-from pymc_subsample.kernels.resumable_nuts import NUTSMachine, ecs_nuts_iteration
+from pymc_subsample.kernels.compiled_nuts import ECSNUTSResult, _result
+from pymc_subsample.kernels.eta_nuts import eta_nuts_iteration
+from pymc_subsample.kernels.resumable_nuts import WRONG_SIZE, NUTSMachine, ecs_nuts_iteration
 from pymc_subsample.kernels.subsample_update import propose_block_indices
 from pymc_subsample.step_methods.compiled_inner import TargetEstimate
 from pymc_subsample.subsample.batch import GatheredOnUse
@@ -27,6 +29,20 @@ def warmed_step(model, subsample_size=300, num_blocks=10, **kwargs):
     for _ in range(30):
         point, _ = step.step(point)
     return step
+
+
+def fused_iteration(eta_nuts, machine, theta, start, new_rows, old_rows, start_position, log_u, momentum,
+                    step_size, inverse_mass, seed, max_treedepth) -> ECSNUTSResult:
+    """:func:`eta_nuts_iteration` on the arguments ``eta_nuts`` holds, its result as the resumable
+    machine's; ``start`` = (value, grad, extras) at θ₀ on u, or None to compute them there."""
+    fresh = start is None
+    value, grad, extras = (0.0, theta, theta[:1]) if fresh else start
+    take, log_ratio, value, grad, extras, status, out = eta_nuts_iteration(
+        machine.work, machine.ints, machine.rng, eta_nuts.prior, eta_nuts.fixed, eta_nuts.kept, eta_nuts.rows,
+        theta, float(value), grad, extras, fresh, new_rows, old_rows, int(start_position), float(log_u),
+        momentum, float(step_size), inverse_mass, np.uint64(seed), int(max_treedepth))
+    assert status != WRONG_SIZE
+    return ECSNUTSResult(bool(take), float(log_ratio), (float(value), grad, extras), _result(out))
 
 
 def assert_same_iteration(got, ref):
@@ -68,9 +84,9 @@ def test_the_fused_iteration_is_the_resumable_machines(logistic, log_u, fresh):
     ref = ecs_nuts_iteration(lambda q, e: e(q), theta, start, (current,), (proposed,), log_u, momentum,
                              step_size, inverse_mass, seed, 10, machine=NUTSMachine(d))
     eta_nuts.hold("u", current.fused_rows)
-    got = eta_nuts.iteration(NUTSMachine(d), theta, None if fresh else start, new_idx[block],
-                             subsample.idx[block], block.start + offset, log_u, momentum, step_size,
-                             inverse_mass, seed, 10)
+    got = fused_iteration(eta_nuts, NUTSMachine(d), theta, None if fresh else start, new_idx[block],
+                          subsample.idx[block], block.start + offset, log_u, momentum, step_size,
+                          inverse_mass, seed, 10)
     assert_same_iteration(got, ref)
     held = proposed if ref.subsample_accepted else current
     for a, b in zip(eta_nuts.rows, held.fused_rows, strict=True):

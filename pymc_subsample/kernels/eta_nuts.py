@@ -47,7 +47,7 @@ from numba import types
 
 from pymc_subsample.estimators.eta_kernels import closed_form_sums, write_affine_rows
 
-from .compiled_nuts import ECSNUTSResult, _bits, _result, _uniform
+from .compiled_nuts import _bits, _uniform
 from .resumable_nuts import _N_SCALARS, EVALUATE, WRONG_SIZE, finish, resume, start
 
 __all__ = ["DRAW_STATS", "Draws", "EtaNUTS", "as_prior", "eta_nuts_draws", "eta_nuts_iteration",
@@ -256,8 +256,8 @@ def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exac
     Returns
     -------
     tuple
-        (iterations run, the machine's status, the value, gradient and extras at the last draw).
-        Fewer than K iterations run only where the status is ``WRONG_SIZE``.
+        (the machine's status, the value, gradient and extras at the last draw); where the status is
+        ``WRONG_SIZE``, the iterations stop there.
     """
     stream = np.empty(1, dtype=np.uint64)
     stream[0] = seed
@@ -285,7 +285,7 @@ def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exac
             old_rows[:size], exact_before + lo, log_u, momentum, step_size, inverse_mass, _bits(stream),
             max_treedepth)
         if status == WRONG_SIZE:
-            return it, status, value, grad, extras
+            return status, value, grad, extras
         if take:
             idx[lo:lo + size] = new_rows[:size]
         theta, value, grad, extras = out[0], out[1], out[2], out[3]
@@ -295,7 +295,7 @@ def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exac
         row[0], row[1], row[2] = take, log_ratio, start_extras[0]
         row[3], row[4], row[5], row[6], row[7], row[8] = out[4], out[5], out[6], out[7], out[8], out[9]
         row[9], row[10] = out[10], value
-    return out_theta.shape[0], status, value, grad, extras
+    return status, value, grad, extras
 
 
 class Draws(NamedTuple):
@@ -312,7 +312,7 @@ class Draws(NamedTuple):
 
 
 class EtaNUTS:
-    """HMC-ECS iterations by :func:`eta_nuts_iteration`: the prior, the fixed and kept arguments, and
+    """HMC-ECS iterations by :func:`eta_nuts_draws`: the prior, the fixed and kept arguments, and
     the current subsample's arguments (a copy, changed in place from one iteration to the next).
 
     Parameters
@@ -348,27 +348,11 @@ class EtaNUTS:
         """The arguments held are now those of ``key`` (after an iteration took u′)."""
         self.of = key
 
-    def iteration(self, machine, theta, start, new_rows, old_rows, start_position, log_u_subsample, momentum,
-                  step_size, inverse_mass, randomness, max_treedepth) -> ECSNUTSResult:
-        """:func:`eta_nuts_iteration` on ``machine`` (a :class:`~.resumable_nuts.NUTSMachine`) and the
-        arguments held; ``start`` = (value, grad, extras) at θ₀ on u, or None to compute them.
-        """
-        fresh = start is None
-        value, grad, extras = (0.0, theta, theta[:1]) if fresh else start
-        take, log_ratio, value, grad, extras, status, out = eta_nuts_iteration(
-            machine.work, machine.ints, machine.rng, self.prior, self.fixed, self.kept, self.rows, theta,
-            float(value), grad, extras, fresh, new_rows, old_rows, int(start_position),
-            float(log_u_subsample), momentum, float(step_size), inverse_mass, np.uint64(randomness),
-            int(max_treedepth))
-        if status == WRONG_SIZE:
-            raise ValueError("HMC-ECS's compiled NUTS iteration: an array or the estimate's gradient or "
-                             "extras do not fit its machine")
-        return ECSNUTSResult(bool(take), float(log_ratio), (float(value), grad, extras), _result(out))
-
     def draws(self, machine, theta, start, idx, layout, step_size, inverse_mass, momentum_factor, seed,
               max_treedepth, count) -> Draws:
         """``count`` iterations by :func:`eta_nuts_draws` from θ₀ = ``theta`` on the subsample ``idx``
-        (the rows held; a copy is changed), ``start`` as for :meth:`iteration`; ``layout`` = (the
+        (the rows held; a copy is changed), ``start`` = (value, grad, extras) at θ₀ on u, or None to
+        compute them; ``layout`` = (the
         blocks' edges, the rows computed exactly sorted, N, how many of them come first in the rows
         held).
         """
@@ -378,7 +362,7 @@ class EtaNUTS:
         out = Draws(np.empty((count, d)), np.empty((count, d)), np.empty((count, len(DRAW_STATS))),
                     np.empty((count, m), dtype=np.int64), None)
         bounds, exact, n, exact_before = layout
-        done, status, value, grad, extras = eta_nuts_draws(
+        status, value, grad, extras = eta_nuts_draws(
             machine.work, machine.ints, machine.rng, self.prior, self.fixed, self.kept, self.rows,
             np.array(idx, dtype=np.int64), bounds, exact, int(n), int(exact_before), theta, float(value),
             grad, extras, fresh, float(step_size), inverse_mass, momentum_factor, np.uint64(seed),

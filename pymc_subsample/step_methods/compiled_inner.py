@@ -127,9 +127,7 @@ class CompiledHMC(WithSamplingState):
             step_size *= self.rng.uniform(0.85, 1.15)
             extra = min(self.max_steps, max(1, int(self.path_length / step_size)))
         else:
-            early = self.tune and self.iter_count < EARLY_DRAWS
-            extra = (self.rng.integers(2**64, dtype=np.uint64),
-                     self.early_max_treedepth if early else self.max_treedepth)
+            extra = (self.rng.integers(2**64, dtype=np.uint64), self._max_treedepth())
         return momentum, step_size, self._current_inverse_mass(), extra
 
     def fixed_for_draws(self):
@@ -141,9 +139,13 @@ class CompiledHMC(WithSamplingState):
         if self._momentum_factor is None or self._momentum_factor[0] is not inverse_mass:
             factor = np.linalg.inv(np.linalg.cholesky(inverse_mass)).T
             self._momentum_factor = (inverse_mass, np.ascontiguousarray(factor))
+        step_size = self.step_adapt.current(self.tune)
+        return self._momentum_factor[1], step_size, inverse_mass, self._max_treedepth()
+
+    def _max_treedepth(self) -> int:
+        """NUTS's tree depth at most in the next transition: lower in the first warm-up draws, as PyMC's."""
         early = self.tune and self.iter_count < EARLY_DRAWS
-        return (self._momentum_factor[1], self.step_adapt.current(self.tune), inverse_mass,
-                self.early_max_treedepth if early else self.max_treedepth)
+        return self.early_max_treedepth if early else self.max_treedepth
 
     def _current_inverse_mass(self):
         """M⁻¹ as a matrix: the metric's velocity map of the unit vectors, computed again during warm-up

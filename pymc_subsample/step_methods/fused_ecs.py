@@ -161,4 +161,4 @@ class FusedECS:
             n_grad_evals=rows * n_steps,
             sign=1.0,
         )
-        return theta.copy(), stats
+        return theta, stats  # a row of the draws' array, which nothing writes again; astep copies it
