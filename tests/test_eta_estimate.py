@@ -14,6 +14,7 @@ from pymc_subsample.model import affine_rows as kept_rows
 from pymc_subsample.model.affine_rows import affine_rows
 from pymc_subsample.model.closed_form import (
     BERNOULLI_LOGIT,
+    NEGATIVE_BINOMIAL,
     NORMAL,
     NORMAL_KNOWN_SIGMA,
     POISSON_LOG,
@@ -119,11 +120,29 @@ def known_sigma(n, seed=0):
     return model
 
 
-MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma}
+def counts(n, seed=0, known_alpha=True):
+    """A negative binomial with counts up to about 2,000: rows beyond the kernel's tables of small
+    counts (COUNT_TABLE) as well as in them; α known (2) or free."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    mu = np.exp(3.0 + 1.5 * x)
+    y = rng.negative_binomial(2.0, 2.0 / (2.0 + mu))
+    with pm.Model() as model:
+        x_ = pm.Data("x", x)
+        beta = pm.Normal("beta", 0, 1, shape=2)
+        alpha = 2.0 if known_alpha else pm.Gamma("alpha", 4.0, 2.0)
+        pm.NegativeBinomial("y", mu=pm.math.exp(3.0 + beta[0] + beta[1] * x_), alpha=alpha, observed=y)
+    return model
+
+
+MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma, "counts": counts,
+          "counts_free_alpha": lambda n: counts(n, known_alpha=False)}
 
 
 @pytest.mark.parametrize("name, constant, code", [
-    ("student_t", (True, False, True), STUDENT_T), ("negative_binomial", (True, False), None),
+    ("student_t", (True, False, True), STUDENT_T), ("negative_binomial", (True, False), NEGATIVE_BINOMIAL),
+    ("counts", (False,), NEGATIVE_BINOMIAL), ("counts_free_alpha", (True, False), NEGATIVE_BINOMIAL),
+    ("zero_inflated_poisson", (True, False), None),
     ("two_observed", (False, True, False), None), ("linear", (False, True), NORMAL),
     ("gaussian_mean", (True,), NORMAL_KNOWN_SIGMA), ("known_sigma", (False,), NORMAL_KNOWN_SIGMA),
     ("deterministic_potential", (False,), NORMAL_KNOWN_SIGMA), ("logistic", (False,), BERNOULLI_LOGIT),
@@ -321,5 +340,6 @@ def test_the_model_names_the_closed_forms_by_the_kernels_codes():
     from pymc_subsample.estimators import eta_kernels
     from pymc_subsample.model import closed_form
 
-    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL", "STUDENT_T"):
+    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL", "STUDENT_T",
+                 "NEGATIVE_BINOMIAL"):
         assert getattr(closed_form, name) == getattr(eta_kernels, name), name

@@ -6,6 +6,7 @@ import numpy as np
 import pymc as pm
 import pytest
 from conftest import logistic_data, logistic_model
+from zoo import build
 
 import pymc_subsample as pms
 from pymc_subsample.kernels.compiled_nuts import ECSNUTSResult, _result
@@ -124,10 +125,14 @@ def test_where_the_fused_iteration_runs(logistic):
     with pm.Model():  # f compiled from the model: no closed form
         x = pm.Data("x", rng.normal(size=2000))
         b = pm.Normal("b", 0, 1, shape=2)
-        alpha = pm.Exponential("alpha", 1.0)
-        pm.NegativeBinomial("y", mu=pm.math.exp(b[0] + b[1] * x), alpha=alpha,
-                            observed=rng.poisson(2.0, size=2000))
+        psi = pm.Beta("psi", 2.0, 2.0)
+        pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(b[0] + b[1] * x),
+                               observed=rng.poisson(2.0, size=2000))
         assert pms.HMCECS(subsample_size=300)._eta_nuts() is None
+    # a negative binomial's closed form; a prior over a model's dims (a shared length, read as a constant)
+    for name in ("negative_binomial", "hierarchical_centred"):
+        with build(name, 2000):
+            assert pms.HMCECS(subsample_size=300)._eta_nuts() is not None, name
 
 
 def test_a_subsample_kept_by_its_indices_copies_its_indices_not_the_data(logistic):

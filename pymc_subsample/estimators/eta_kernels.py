@@ -25,6 +25,11 @@ StudentT(log, identity,   f = log Γ((ν+1)/2) − log Γ(ν/2) − ½ log νπ 
 log)                      z = (y − μ)/σ,  t = log1p(z²/ν),  w = (ν+1)/(ν+z²):
                           ∂f/∂μ = w z/σ,  ∂f/∂log σ = w z² − 1,
                           ∂f/∂log ν = ν/2 (ψ((ν+1)/2) − ψ(ν/2)) − ½ − ν t/2 + w z²/2
+NegativeBinomial(log,     f = log Γ(y + n) − log Γ(n) − log y! + n log p + y log(1 − p),  n = e^{η₁}
+logit)                    (or a constant), log p = −softplus(−η₂), log(1 − p) = −softplus(η₂):
+                          ∂f/∂η₁ = n (ψ(y + n) − ψ(n) + log p),  ∂f/∂η₂ = n(1 − p) − y p
+                          (the formula of :data:`~pymc_subsample.families.FAMILIES`, as f* was
+                          computed: no Poisson limit above n = 10¹⁰, where PyMC's logp switches)
 ========================  ========================================================================
 """
 
@@ -35,11 +40,15 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T", "affine_eta",
+__all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
+           "affine_eta",
            "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences", "write_affine_rows"]
 
 #: the closed forms of :func:`row_differences`, by code
-BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T = range(5)
+BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
+#: counts below this read log Γ(y + n) − log Γ(n), ψ(y + n) − ψ(n) and log y! from tables made once a
+#: call (:func:`_count_tables`) where n is the same on every row; larger or non-integer y call lgamma
+COUNT_TABLE = 256
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -365,6 +374,8 @@ def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
             d[k] = -0.5 * r * r - eta[b, k] - _HALF_LOG_2PI - f_c[k]
             slope[a, k] = r * w
             slope[b, k] = r * r - 1.0
+    elif code == NEGATIVE_BINOMIAL:  # log n = η_a (or n a constant), logit p = η_b
+        _negative_binomial(eta_index, constants, constant_eta, y, eta, f_c, d, slope)
     else:  # STUDENT_T: log ν = η_a, μ = η_b, log σ = η_c; ν's functions once where it is one scalar
         a, b, c = eta_index[0], eta_index[1], eta_index[2]
         head, dhead, nu = _student_t_shape(eta[a, 0])
@@ -381,6 +392,63 @@ def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
             slope[c, k] = w * z2 - 1.0
             slope[a, k] = dhead - 0.5 * nu * t + 0.5 * w * z2
     return d, slope
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _negative_binomial(eta_index, constants, constant_eta, y, eta, f_c, d, slope):
+    """:func:`row_differences` of the negative binomial (module docstring), into ``d`` and ``slope``.
+
+    Where n is the same on every row, the terms of y alone come from :func:`_count_tables` for integer
+    y < :data:`COUNT_TABLE` (a table lookup a row, against lgamma and ψ a row: counts are mostly small).
+    """
+    a, b = eta_index[0], eta_index[1]
+    m = y.shape[0]
+    one_n = a < 0 or constant_eta[a]
+    n = constants[0] if a < 0 else _exp(eta[a, 0])
+    size = 0
+    if one_n:
+        largest = 0.0
+        for k in range(m):
+            largest = max(largest, y[k])
+        size = int(min(largest, COUNT_TABLE - 1.0)) + 1
+    lg, dg, lf = _count_tables(n, size)
+    lg_n, dg_n = math.lgamma(n), _digamma(n)
+    e = np.empty(m)
+    for k in range(m):
+        e[k] = _exp(-abs(eta[b, k]))
+    for k in range(m):
+        if not one_n:
+            n = _exp(eta[a, k])
+            lg_n, dg_n = math.lgamma(n), _digamma(n)
+        x, v, count = eta[b, k], e[k], y[k]
+        softplus_abs = _log1p_unit(v)
+        log_p, log_q = -(max(-x, 0.0) + softplus_abs), -(max(x, 0.0) + softplus_abs)
+        p = (1.0 if x >= 0.0 else v) / (1.0 + v)
+        c = int(count) if 0.0 <= count < size else -1
+        if c >= 0 and c == count:
+            gamma_ratio, digamma_diff, log_factorial = lg[c], dg[c], lf[c]
+        else:
+            gamma_ratio = math.lgamma(count + n) - lg_n
+            digamma_diff = _digamma(count + n) - dg_n
+            log_factorial = math.lgamma(count + 1.0)
+        d[k] = gamma_ratio - log_factorial + n * log_p + count * log_q - f_c[k]
+        slope[b, k] = n * (1.0 - p) - count * p
+        if a >= 0:
+            slope[a, k] = n * (digamma_diff + log_p)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _count_tables(n, size):
+    """The tables log Γ(c + n) − log Γ(n), ψ(c + n) − ψ(n) and log c! for c = 0 … size − 1, by their
+    recurrences (Γ(x + 1) = xΓ(x), ψ(x + 1) = ψ(x) + 1/x): relative rounding within c·ε.
+    """
+    lg, dg, lf = np.zeros(size), np.zeros(size), np.zeros(size)
+    for c in range(1, size):
+        t = n + (c - 1)
+        lg[c] = lg[c - 1] + math.log(t)
+        dg[c] = dg[c - 1] + 1.0 / t
+        lf[c] = lf[c - 1] + math.log(c)
+    return lg, dg, lf
 
 
 @numba.njit(cache=True)

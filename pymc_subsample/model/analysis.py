@@ -17,7 +17,9 @@ from pymc.blocking import DictToArrayBijection
 from pymc.initial_point import make_initial_point_expression
 from pymc.pytensorf import find_rng_nodes
 from pymc.util import get_transformed_name
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.math import variadic_add
 
 from pymc_subsample.model.compile import compile_python
@@ -90,7 +92,7 @@ class GraphAnalysis:
             check_no_row_sized_free_variables(model, self.initial_point, n_rows)
         n_observed = len(model.observed_RVs)
         loglik_rows, self.data_sets = _loglik_rows_graph(model, lengths, terms[:n_observed])
-        prior = variadic_add(*(term.sum() for term in terms[n_observed:]))  # as model.logp
+        prior = _dim_lengths_as_constants(model, variadic_add(*(term.sum() for term in terms[n_observed:])))
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
             raise ValueError(
@@ -152,6 +154,23 @@ def directional_derivative(output, wrt, direction):
     that has a gradient, so it works on any model graph.
     """
     return pytensor.gradient.Rop(output, wrt, direction, use_op_rop_implementation=False)
+
+
+def _dim_lengths_as_constants(model, graph):
+    """``graph`` with the model's dimension lengths held in shared variables (``pm.Model(coords=...)``)
+    read as constants of their values.
+
+    Why: a shared variable is an input of every function compiled from the graph, even where PyTensor's
+    rewrites leave it unused (θ is of static length), and a function with such an input cannot be
+    called as its Numba function alone (:func:`~pymc_subsample.model.compile.direct_call`): a centred
+    hierarchical model's prior, whose ``dims="group"`` kept its HMC-ECS iterations off the compiled
+    path. The analysis is kept by the dimension lengths' values (:mod:`~pymc_subsample.model.kept`),
+    so a model whose dimensions change gets another analysis.
+    """
+    inputs = set(graph_inputs([graph]))
+    shared = [v for v in model.dim_lengths.values() if isinstance(v, SharedVariable) and v in inputs]
+    lengths = {length: pt.constant(length.get_value(), dtype=length.dtype) for length in shared}
+    return graph_replace(graph, lengths) if lengths else graph
 
 
 def _loglik_rows_graph(model, lengths, terms):

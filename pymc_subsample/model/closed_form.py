@@ -13,17 +13,19 @@ import pytensor.tensor as pt
 from pytensor.scalar import Cast
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
-from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV, StudentTRV
+from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 
-__all__ = ["BERNOULLI_LOGIT", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T", "ClosedFormRows",
-           "closed_form_rows"]
+__all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
+           "ClosedFormRows", "closed_form_rows"]
 
 #: the kernel's families, by code
-BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T = range(5)
+BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
 #: (random variable class, links) → kernel code
 _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POISSON_LOG,
           (NormalRV, ("identity", None)): NORMAL_KNOWN_SIGMA, (NormalRV, ("identity", "log")): NORMAL,
-          (StudentTRV, ("log", "identity", "log")): STUDENT_T}
+          (StudentTRV, ("log", "identity", "log")): STUDENT_T,
+          (NegBinomialRV, ("log", "logit")): NEGATIVE_BINOMIAL,
+          (NegBinomialRV, (None, "logit")): NEGATIVE_BINOMIAL}
 
 
 class ClosedFormRows(NamedTuple):

@@ -198,8 +198,11 @@ class TallModel:
             return prior, gradient
         # measured: the compiled prior here, for rows the package's kernel computes, saved 0.1 s of a
         # warm set-up but moved the prior's Numba compilation into the set-up, where the chains of a
-        # first run on a cold cache compiled it each in parallel: the demo's set-up 0.2 → 0.8 s
-        return self._graph.prior(theta, python=setup)
+        # first run on a cold cache compiled it each in parallel: the demo's set-up 0.2 → 0.8 s. So
+        # the set-up takes the compiled prior only where a step compiled it for its sampling before
+        # the set-up (SubsampleStep.compiles_prior): compiling it for the Python linker too cost
+        # 0.25-0.6 s of PyTensor's rewriting (zoo models, 10⁵ rows, 2026-11-30)
+        return self._graph.prior(theta, python=setup and not self._graph.prior_compiled())
 
     def prior_function(self):
         """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the

@@ -201,6 +201,8 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
         warn_deterministics_over_rows(self.tall)
+        if self.compiles_prior(self.tall):
+            self.tall.prior_function()  # compiled once: the set-up's calls of the prior take it too
         self.target = centred_target(self.tall, center, proxy_order, chunk_size,
                                      glm="auto" if self.row_free_proxy else "affine")
         self.proxy = self.target.proxy
@@ -209,6 +211,14 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         # post-warm-up checks: a fresh RunMonitor per chain, made when tuning stops (PyMC calls
         # stop_tuning at draw `tune` in every chain, in sequential and in parallel sampling)
         self.monitor = None
+
+    def compiles_prior(self, tall) -> bool:
+        """Whether the step's sampling calls the model's compiled prior
+        (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`), so that the set-up compiles it
+        first and calls it too; a step that does not says False (the set-up then calls the prior on
+        PyTensor's Python linker, nothing compiled for the chains' processes to compile again).
+        """
+        return False
 
     #: what to change when the ESS check fails (subclasses say it for their own knobs)
     ess_remedy = "Run more draws, or use a step method that mixes faster."

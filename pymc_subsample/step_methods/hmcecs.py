@@ -199,6 +199,14 @@ class HMCECS(FusedECS, CompiledECS, InnerHMC, SubsampleStep):
                                         kwargs, window)
         self.warmup_thetas, self.warmup_signs, self.warmup_warned, self._size_warned = [], [], False, False
 
+    def compiles_prior(self, tall) -> bool:
+        """True where the perturbed estimate is the closed form of rows affine in θ
+        (:class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction`), which calls the
+        model's compiled prior.
+        """
+        view = tall.regression_view if self.estimator == "perturbed" and tall.uses_eta_sums() else None
+        return view is not None and view.phi is None and view.closed_form is not None
+
     def check_arguments(self, n_rows):
         subsample_size, num_blocks = self._requested
         if subsample_size is not None:
