@@ -8,6 +8,7 @@ import pytest
 from test_glm_differences import block_updates, effects_written_in_the_likelihood, gaussian_mean
 from zoo import build
 
+from pymc_subsample.control_variates.taylor import eta_differences_at_thetas
 from pymc_subsample.estimators.eta_kernels import affine_eta, perturbed_sums
 from pymc_subsample.estimators.target import SubsampledTarget
 from pymc_subsample.model import affine_rows as kept_rows
@@ -20,8 +21,9 @@ from pymc_subsample.model.closed_form import (
     POISSON_LOG,
     STUDENT_T,
 )
+from pymc_subsample.model.distributional import RowTerms
 from pymc_subsample.model.tall import TallModel
-from pymc_subsample.subsample.batch import RecentBatches, Subsample
+from pymc_subsample.subsample.batch import Batch, RecentBatches, Subsample
 
 #: identities of graphs: full rewriting on PyTensor's Python linker (conftest.python_linker)
 pytestmark = pytest.mark.usefixtures("python_linker")
@@ -169,6 +171,26 @@ def test_target_estimate_equals_the_whole_graph(name, constant, code):
             for a, b in zip(target.perturbed_with_exact(theta, batch, 30, 3_000),
                             graph.perturbed_with_exact(theta, batch, 30, 3_000), strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("name, order", [
+    ("negative_binomial", 2), ("student_t", 2), ("linear", 1), ("logistic", 0), ("poisson_offset", 2),
+    ("hierarchical_centred", 2), ("counts_free_alpha", 2)])
+def test_the_closed_forms_differences_at_points_equal_numpys(name, order):
+    """The warm-up's differences d_k(θ) = f − q_k over kept rows at several points, from the closed
+    form's kernel, equal those in NumPy from η and f of the model's graph."""
+    tall = TallModel(MODELS[name](4_000) if name in MODELS else build(name, 4_000))
+    rng = np.random.default_rng(2)
+    center = tall.initial_theta + rng.normal(scale=0.05, size=tall.ndim)
+    target = SubsampledTarget(tall, center, order)
+    assert target.eta_kept_rows() is not None  # the estimate and the rows' terms made, as in sampling
+    rows = np.sort(rng.choice(tall.n_rows, 700, replace=False))
+    batch = Batch(tuple(a[rows] for a in tall.row_slice(0, tall.n_rows)), rows=rows)
+    thetas = center + rng.normal(scale=0.3, size=(5, tall.ndim))
+    at_center = RowTerms.from_flat(target.center_args(batch), target.glm.n_eta, target.glm.pairs)
+    expected = eta_differences_at_thetas(target.glm, order, thetas, batch, at_center)
+    assert target._closed_form_differences(thetas, batch) is not None
+    np.testing.assert_allclose(target.differences_at_thetas(thetas, batch), expected, rtol=1e-9, atol=1e-9)
 
 
 def test_a_block_update_reads_only_its_new_rows(monkeypatch):

@@ -41,7 +41,7 @@ import numba
 import numpy as np
 
 __all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
-           "affine_eta",
+           "affine_eta", "closed_form_differences",
            "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences", "write_affine_rows"]
 
 #: the closed forms of :func:`row_differences`, by code
@@ -140,26 +140,7 @@ def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, 
           centre, pairs, order, subsampled, n_rest, m_rest):
     """:func:`perturbed_sums` from d = f − f* (m,) and ∂f/∂η_j (p, m), both changed in place."""
     p, m = eta.shape
-    u = eta - centre[:p]
-    df_c, d2f_c = centre[p + 1: 2 * p + 1], centre[2 * p + 1:]
-    # slope: ∂d_k/∂η_j = ∂f/∂η_j − ∂q_k/∂u_j; d: f − q_k
-    if order >= 1:
-        for j in range(p):
-            for k in range(m):
-                d[k] -= df_c[j, k] * u[j, k]
-                slope[j, k] -= df_c[j, k]
-    if order == 2:
-        for i in range(pairs.shape[0]):
-            j, i2 = pairs[i, 0], pairs[i, 1]
-            for k in range(m):
-                h = d2f_c[i, k]
-                if j == i2:
-                    d[k] -= 0.5 * h * u[j, k] * u[j, k]
-                    slope[j, k] -= h * u[j, k]
-                else:
-                    d[k] -= h * u[j, k] * u[i2, k]
-                    slope[j, k] -= h * u[i2, k]
-                    slope[i2, k] -= h * u[j, k]
+    _minus_taylor(eta, d, slope, centre, pairs, order)
     total, s1 = 0.0, 0.0
     for k in range(m):
         total += d[k]
@@ -197,6 +178,51 @@ def _sums(eta, d, slope, jacobian, coef, owner, constant_jacobian, slot, dense, 
             for i in range(dense.shape[0]):
                 grad[dense[i]] += total * constant_jacobian[-1 - v, i]
     return value, grad, sigma2
+
+
+@numba.njit(cache=True, fastmath=True)
+def _minus_taylor(eta, d, slope, centre, pairs, order):
+    """d_k = f − f* − (q_k − f*) and ∂d_k/∂η_j = ∂f/∂η_j − ∂q_k/∂u_j from f − f* and ∂f/∂η_j, in place:
+    the proxy q_k of ``order`` in u = η − η* from the rows' terms at θ* ``centre`` (eq. 4.3 in η).
+    """
+    p, m = eta.shape
+    u = eta - centre[:p]
+    df_c, d2f_c = centre[p + 1: 2 * p + 1], centre[2 * p + 1:]
+    if order >= 1:
+        for j in range(p):
+            for k in range(m):
+                d[k] -= df_c[j, k] * u[j, k]
+                slope[j, k] -= df_c[j, k]
+    if order == 2:
+        for i in range(pairs.shape[0]):
+            j, i2 = pairs[i, 0], pairs[i, 1]
+            for k in range(m):
+                h = d2f_c[i, k]
+                if j == i2:
+                    d[k] -= 0.5 * h * u[j, k] * u[j, k]
+                    slope[j, k] -= h * u[j, k]
+                else:
+                    d[k] -= h * u[j, k] * u[i2, k]
+                    slope[j, k] -= h * u[i2, k]
+                    slope[i2, k] -= h * u[j, k]
+
+
+@numba.njit(cache=True, fastmath=True)
+def closed_form_differences(code, eta_index, constants, y, offset, jacobian, coef, owner, constant_offset,
+                            constant_jacobian, slot, dense, first, stride, thetas, centre, pairs, order):
+    """d_k(θ) = f(y_k, η_k(θ)) − q_k(θ) of the rows at each row of ``thetas`` (k, d), shape (k, m): the
+    differences whose spread over the warm-up's points chooses the rows computed exactly
+    (:func:`~pymc_subsample.kernels.tuning.difference_deviations`), in the arithmetic of
+    :func:`closed_form_sums` (arguments as there, the coordinates θ).
+    """
+    out = np.empty((thetas.shape[0], y.shape[0]))
+    for t in range(thetas.shape[0]):
+        eta = affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense,
+                         first, stride, thetas[t])
+        d, slope = row_differences(code, eta_index, constants, slot < 0, y, eta, centre)
+        _minus_taylor(eta, d, slope, centre, pairs, order)
+        out[t] = d
+    return out
 
 
 @numba.njit(cache=True)
