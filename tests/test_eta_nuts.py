@@ -129,8 +129,9 @@ def test_where_the_fused_iteration_runs(logistic):
         pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(b[0] + b[1] * x),
                                observed=rng.poisson(2.0, size=2000))
         assert pms.HMCECS(subsample_size=300)._eta_nuts() is None
-    # a negative binomial's closed form; a prior over a model's dims (a shared length, read as a constant)
-    for name in ("negative_binomial", "hierarchical_centred"):
+    # a negative binomial's closed form; two observed variables' terms; a prior over a model's dims (a
+    # shared length, read as a constant)
+    for name in ("negative_binomial", "two_observed", "hierarchical_centred"):
         with build(name, 2000):
             assert pms.HMCECS(subsample_size=300)._eta_nuts() is not None, name
 

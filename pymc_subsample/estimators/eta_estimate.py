@@ -19,8 +19,8 @@ first run, larger than PyMC's own ``logp_dlogp``; measured on a cold PyTensor ca
 1000): logistic 10.4 against 1.9 s for the function here, StudentT 16.7 against 3.3 s. A call
 costs 0-15 µs more (three calls from Python where the graph was one; m = 1000, 2026-11-30).
 
-Rows of a family whose f the package writes in Numba itself (one observed variable with y a
-column of the data, its other parameters η or constants: :mod:`~pymc_subsample.model.closed_form`)
+Rows of families whose f the package writes in Numba itself (observed variables on every row with y a
+column of the data, their other parameters η or constants: :mod:`~pymc_subsample.model.closed_form`)
 need no function of f at all: :func:`~.eta_kernels.closed_form_sums` computes η, f, ∂f, the sums
 and the proxy's Σq in one call, and log p(θ) comes from the prior's own compiled function.
 Measured at m = 1000 (logistic, N = 200,000, 2026-11-30): an estimate 42.6 → 26 µs at d = 4 and
@@ -127,7 +127,7 @@ class EtaPerturbedFunction:
         if self.closed_form is None:
             return (n_rest, m_rest, subsampled, affine, self._rows(batch), centre)
         y = parent_y.copy()  # the changed rows' y only, cast as the model casts them
-        y[changed] = self.closed_form.y(tuple(column[changed] for column in batch))
+        y[:, changed] = self.closed_form.y(tuple(column[changed] for column in batch))
         return (n_rest, m_rest, subsampled, affine, y, centre)
 
     def fused_fixed(self):
@@ -140,7 +140,8 @@ class EtaPerturbedFunction:
             return None
         self.prior_function(self.sum_q[1])  # compiled for θ from Python, at θ*
         form = self.closed_form
-        fixed = (int(form.code), np.ascontiguousarray(form.eta_index, dtype=np.int64),
+        fixed = (np.ascontiguousarray(form.code, dtype=np.int64),
+                 np.ascontiguousarray(form.eta_index, dtype=np.int64),
                  np.ascontiguousarray(form.constants, dtype=float), np.ascontiguousarray(self.pairs),
                  int(self.order), *self.sum_q)
         return self.prior_function, fixed

@@ -5,8 +5,9 @@ They import nothing but NumPy and Numba, so that the kernels that run a whole HM
 (:mod:`pymc_subsample.kernels.eta_nuts`) can call them without reaching PyMC or PyTensor.
 
 :func:`closed_form_sums` computes η, f, ∂f (:func:`row_differences`), the sums and the proxy's Σq
-in one call for rows of a family whose f the package writes here (one observed variable with y a
-column of the data, its other parameters η or constants: :mod:`~pymc_subsample.model.closed_form`).
+in one call for rows of families whose f the package writes here (observed variables on every row,
+f = Σ_t f_t, with y a column of the data, their other parameters η or constants:
+:mod:`~pymc_subsample.model.closed_form`).
 With its row loops vectorised (the elementary functions below, J a column a row, the terms at θ* in
 C order) it costs 8.1 µs (d = 4) and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30);
 called from Python at d = 4, 14-15 µs against 23-30 µs with libm's functions and the terms in F
@@ -49,6 +50,8 @@ BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BI
 #: counts below this read log Γ(y + n) − log Γ(n), ψ(y + n) − ψ(n) and log y! from tables made once a
 #: call (:func:`_count_tables`) where n is the same on every row; larger or non-integer y call lgamma
 COUNT_TABLE = 256
+#: a term's parameters in :func:`row_differences`' ``eta_index`` and ``constants`` (whose logs follow)
+_MAX_PARAMS = 3
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -215,7 +218,7 @@ def closed_form_differences(code, eta_index, constants, y, offset, jacobian, coe
     (:func:`~pymc_subsample.kernels.tuning.difference_deviations`), in the arithmetic of
     :func:`closed_form_sums` (arguments as there, the coordinates θ).
     """
-    out = np.empty((thetas.shape[0], y.shape[0]))
+    out = np.empty((thetas.shape[0], y.shape[1]))
     for t in range(thetas.shape[0]):
         eta = affine_eta(offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense,
                          first, stride, thetas[t])
@@ -356,81 +359,102 @@ def _log1p_unit(v):
 
 @numba.njit(cache=True, error_model="numpy")
 def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
-    """(f(y_k, η_k) − f_k* (m,), ∂f/∂η_j (p, m)) of the family ``code`` (module docstring) at ``eta``
-    (p, m), with the rows' terms at θ* ``centre`` as :func:`perturbed_sums` reads them;
-    ``constant_eta`` (p,): the η_j the same on every row (their exponentials taken once).
+    """(f(y_k, η_k) − f_k* (m,), ∂f/∂η_j (p, m)) at ``eta`` (p, m) of the rows' terms, f = Σ_t f_t, each
+    of the family ``code[t]`` (module docstring) with its parameters' η ``eta_index[t]``, its
+    ``constants[t]`` (:class:`~pymc_subsample.model.closed_form.ClosedFormRows`) and its y ``y[t]``;
+    with the rows' terms at θ* ``centre`` as :func:`perturbed_sums` reads them; ``constant_eta`` (p,):
+    the η_j the same on every row (their exponentials taken once).
     """
     p, m = eta.shape
-    d = np.empty(m)
+    d = np.zeros(m)
     slope = np.zeros((p, m))
     f_c = centre[p]
-    if code == BERNOULLI_LOGIT:
-        j = eta_index[0]
-        # softplus(x) = max(x, 0) + log(1 + e^{−|x|}), e^{−|x|} in a loop of its own: with both
-        # polynomials in one loop LLVM vectorised it poorly (measured at m = 1000: 7.4 → 4.5 µs)
-        e = np.empty(m)
+    relative = False  # d holds f − f* already (a Poisson term, alone)
+    for t in range(code.shape[0]):
+        family, index, values, y_t = code[t], eta_index[t], constants[t], y[t]
+        if family == BERNOULLI_LOGIT:
+            _bernoulli_logit(index[0], y_t, eta, d, slope)
+        elif family == POISSON_LOG:
+            j = index[0]
+            curvature = centre[2 * p + 1 + _pair(p, j, j)]
+            for k in range(m):
+                u = eta[j, k] - centre[j, k]
+                rate = -curvature[k]
+                grown = _expm1(u)
+                d[k] += y_t[k] * u - rate * grown
+                slope[j, k] += y_t[k] - rate * (1.0 + grown)
+            relative = True
+        elif family == NORMAL_KNOWN_SIGMA:
+            j, sigma = index[0], values[1]
+            shift = -values[_MAX_PARAMS + 1] - _HALF_LOG_2PI  # log σ in σ's dtype
+            for k in range(m):
+                r = (y_t[k] - eta[j, k]) / sigma
+                d[k] += -0.5 * r * r + shift
+                slope[j, k] += r / sigma
+        elif family == NORMAL:  # μ = η_a, log σ = η_b
+            a, b = index[0], index[1]
+            scale = _exp(-eta[b, 0]) if constant_eta[b] else 0.0
+            for k in range(m):
+                w = scale if constant_eta[b] else _exp(-eta[b, k])
+                r = (y_t[k] - eta[a, k]) * w
+                d[k] += -0.5 * r * r - eta[b, k] - _HALF_LOG_2PI
+                slope[a, k] += r * w
+                slope[b, k] += r * r - 1.0
+        elif family == NEGATIVE_BINOMIAL:  # log n = η_a (or n a constant), logit p = η_b
+            _negative_binomial(index, values, constant_eta, y_t, eta, d, slope)
+        else:  # STUDENT_T: log ν = η_a, μ = η_b, log σ = η_c; ν's functions once where it is one scalar
+            _student_t(index, constant_eta, y_t, eta, d, slope)
+    if not relative:
         for k in range(m):
-            e[k] = _exp(-abs(eta[j, k]))
-        for k in range(m):
-            x, v = eta[j, k], e[k]
-            d[k] = y[k] * x - (max(x, 0.0) + _log1p_unit(v)) - f_c[k]
-            slope[j, k] = y[k] - (1.0 if x >= 0.0 else v) / (1.0 + v)
-    elif code == POISSON_LOG:
-        j = eta_index[0]
-        curvature = centre[2 * p + 1 + _pair(p, j, j)]
-        for k in range(m):
-            u = eta[j, k] - centre[j, k]
-            rate = -curvature[k]
-            grown = _expm1(u)
-            d[k] = y[k] * u - rate * grown
-            slope[j, k] = y[k] - rate * (1.0 + grown)
-    elif code == NORMAL_KNOWN_SIGMA:
-        j, sigma = eta_index[0], constants[1]
-        shift = -constants[eta_index.shape[0] + 1] - _HALF_LOG_2PI  # log σ in σ's dtype
-        for k in range(m):
-            r = (y[k] - eta[j, k]) / sigma
-            d[k] = -0.5 * r * r + shift - f_c[k]
-            slope[j, k] = r / sigma
-    elif code == NORMAL:  # μ = η_a, log σ = η_b
-        a, b = eta_index[0], eta_index[1]
-        scale = _exp(-eta[b, 0]) if constant_eta[b] else 0.0
-        for k in range(m):
-            w = scale if constant_eta[b] else _exp(-eta[b, k])
-            r = (y[k] - eta[a, k]) * w
-            d[k] = -0.5 * r * r - eta[b, k] - _HALF_LOG_2PI - f_c[k]
-            slope[a, k] = r * w
-            slope[b, k] = r * r - 1.0
-    elif code == NEGATIVE_BINOMIAL:  # log n = η_a (or n a constant), logit p = η_b
-        _negative_binomial(eta_index, constants, constant_eta, y, eta, f_c, d, slope)
-    else:  # STUDENT_T: log ν = η_a, μ = η_b, log σ = η_c; ν's functions once where it is one scalar
-        a, b, c = eta_index[0], eta_index[1], eta_index[2]
-        head, dhead, nu = _student_t_shape(eta[a, 0])
-        for k in range(m):
-            if not constant_eta[a]:
-                head, dhead, nu = _student_t_shape(eta[a, k])
-            inv_sigma = _exp(-eta[c, k])
-            z = (y[k] - eta[b, k]) * inv_sigma
-            z2 = z * z
-            t = _log1p(z2 / nu)
-            w = (nu + 1.0) / (nu + z2)
-            d[k] = head - eta[c, k] - 0.5 * (nu + 1.0) * t - f_c[k]
-            slope[b, k] = w * z * inv_sigma
-            slope[c, k] = w * z2 - 1.0
-            slope[a, k] = dhead - 0.5 * nu * t + 0.5 * w * z2
+            d[k] -= f_c[k]
     return d, slope
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _negative_binomial(eta_index, constants, constant_eta, y, eta, f_c, d, slope):
-    """:func:`row_differences` of the negative binomial (module docstring), into ``d`` and ``slope``.
+def _bernoulli_logit(j, y, eta, d, slope):
+    """A Bernoulli-logit term of :func:`row_differences`, f and ∂f added to ``d`` and ``slope``."""
+    m = y.shape[0]
+    # softplus(x) = max(x, 0) + log(1 + e^{−|x|}), e^{−|x|} in a loop of its own: with both
+    # polynomials in one loop LLVM vectorised it poorly (measured at m = 1000: 7.4 → 4.5 µs)
+    e = np.empty(m)
+    for k in range(m):
+        e[k] = _exp(-abs(eta[j, k]))
+    for k in range(m):
+        x, v = eta[j, k], e[k]
+        d[k] += y[k] * x - (max(x, 0.0) + _log1p_unit(v))
+        slope[j, k] += y[k] - (1.0 if x >= 0.0 else v) / (1.0 + v)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _student_t(index, constant_eta, y, eta, d, slope):
+    """A StudentT term of :func:`row_differences` (log ν = η_a, μ = η_b, log σ = η_c), f and ∂f added."""
+    a, b, c = index[0], index[1], index[2]
+    head, dhead, nu = _student_t_shape(eta[a, 0])
+    for k in range(y.shape[0]):
+        if not constant_eta[a]:
+            head, dhead, nu = _student_t_shape(eta[a, k])
+        inv_sigma = _exp(-eta[c, k])
+        z = (y[k] - eta[b, k]) * inv_sigma
+        z2 = z * z
+        t = _log1p(z2 / nu)
+        w = (nu + 1.0) / (nu + z2)
+        d[k] += head - eta[c, k] - 0.5 * (nu + 1.0) * t
+        slope[b, k] += w * z * inv_sigma
+        slope[c, k] += w * z2 - 1.0
+        slope[a, k] += dhead - 0.5 * nu * t + 0.5 * w * z2
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _negative_binomial(index, values, constant_eta, y, eta, d, slope):
+    """A negative binomial term of :func:`row_differences` (module docstring), f and ∂f added.
 
     Where n is the same on every row, the terms of y alone come from :func:`_count_tables` for integer
     y < :data:`COUNT_TABLE` (a table lookup a row, against lgamma and ψ a row: counts are mostly small).
     """
-    a, b = eta_index[0], eta_index[1]
+    a, b = index[0], index[1]
     m = y.shape[0]
     one_n = a < 0 or constant_eta[a]
-    n = constants[0] if a < 0 else _exp(eta[a, 0])
+    n = values[0] if a < 0 else _exp(eta[a, 0])
     size = 0
     if one_n:
         largest = 0.0
@@ -457,10 +481,10 @@ def _negative_binomial(eta_index, constants, constant_eta, y, eta, f_c, d, slope
             gamma_ratio = math.lgamma(count + n) - lg_n
             digamma_diff = _digamma(count + n) - dg_n
             log_factorial = math.lgamma(count + 1.0)
-        d[k] = gamma_ratio - log_factorial + n * log_p + count * log_q - f_c[k]
-        slope[b, k] = n * (1.0 - p) - count * p
+        d[k] += gamma_ratio - log_factorial + n * log_p + count * log_q
+        slope[b, k] += n * (1.0 - p) - count * p
         if a >= 0:
-            slope[a, k] = n * (digamma_diff + log_p)
+            slope[a, k] += n * (digamma_diff + log_p)
 
 
 @numba.njit(cache=True, error_model="numpy")

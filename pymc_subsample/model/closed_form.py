@@ -1,7 +1,7 @@
 """A distributional regression's rows as the package's closed-form kernel reads them
-(:func:`~pymc_subsample.estimators.eta_kernels.row_differences`): one observed variable of the families it
-computes, its y a column of the data (or that column cast as the model casts it) and every other
-parameter η or a constant.
+(:func:`~pymc_subsample.estimators.eta_kernels.row_differences`): observed variables of the families it
+computes, each on every row, its y a column of the data (or that column cast as the model casts it)
+and every other parameter η or a constant.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 
-__all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
-           "ClosedFormRows", "closed_form_rows"]
+__all__ = ["BERNOULLI_LOGIT", "MAX_PARAMS", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA",
+           "POISSON_LOG", "STUDENT_T", "ClosedFormRows", "closed_form_rows"]
 
 #: the kernel's families, by code
 BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
@@ -28,33 +28,50 @@ _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POI
           (NegBinomialRV, (None, "logit")): NEGATIVE_BINOMIAL}
 
 
+#: the most parameters of a family of the kernel (StudentT's ν, μ, σ)
+MAX_PARAMS = 3
+
+
 class ClosedFormRows(NamedTuple):
-    """A model's rows as the kernel reads them: its family ``code``, the η of each of the family's
-    parameters (``eta_index``, −1 for a constant), ``constants``: the constant parameters' values by
-    parameter, then the log of each in its own dtype (a σ of 1.5 is float32 in PyMC's graph, whose
-    f takes log σ so), and y: the batch's column ``y_column`` cast to ``y_dtype``.
+    """A model's rows as the kernel reads them, one term per observed variable (f = Σ_t f_t): each
+    term's family ``code`` (T,), the η of each of its parameters (``eta_index`` (T, MAX_PARAMS), −1 for
+    a constant or no parameter), ``constants`` (T, 2·MAX_PARAMS): the constant parameters' values by
+    parameter, then the log of each in its own dtype (a σ of 1.5 is float32 in PyMC's graph, whose f
+    takes log σ so), and y: the batch's columns ``y_columns`` cast to ``y_dtypes``.
     """
 
-    code: int
+    code: np.ndarray
     eta_index: np.ndarray
     constants: np.ndarray
-    y_column: int
-    y_dtype: str
+    y_columns: tuple
+    y_dtypes: tuple
 
     def y(self, batch) -> np.ndarray:
-        """The y of ``batch``'s rows as the model reads them (its cast), in float64."""
-        return np.asarray(batch[self.y_column]).astype(self.y_dtype, copy=False).astype(np.float64)
+        """The y of ``batch``'s rows as the model reads them (their casts), in float64, (T, m)."""
+        return np.stack([np.asarray(batch[column]).astype(dtype, copy=False).astype(np.float64)
+                         for column, dtype in zip(self.y_columns, self.y_dtypes, strict=True)])
 
 
 def closed_form_rows(view) -> ClosedFormRows | None:
     """The :class:`ClosedFormRows` of a distributional regression ``view``, or None where its rows
-    are not one observed variable of the kernel's families with y a column of the data (or its
-    cast) and every other parameter η or a constant.
+    are not observed variables of the kernel's families, each on every row, with y a column of the
+    data (or its cast) and every other parameter η or a constant. A Poisson term only alone: its
+    closed form is f − f* from the row's curvature at θ*, which is its own only where no other term
+    reads its η.
     """
-    term = view.single_term()
-    if term is None:
+    terms = view.observed_terms()
+    if not terms:
         return None
-    op, params, observed = term
+    rows = [_term_rows(view, *term) for term in terms]
+    if any(row is None for row in rows) or (len(rows) > 1 and any(row[0] == POISSON_LOG for row in rows)):
+        return None
+    codes, eta_index, constants, columns, dtypes = zip(*rows, strict=True)
+    return ClosedFormRows(np.array(codes, dtype=np.int64), np.stack(eta_index), np.stack(constants), columns,
+                          dtypes)
+
+
+def _term_rows(view, op, params, observed):
+    """(code, η index, constants, y's column, y's dtype) of one observed variable, or None."""
     links = tuple(view.links[p] if isinstance(p, int) else None for p in params)
     code = next((c for (rv, ls), c in _CODES.items() if isinstance(op, rv) and ls == links), None)
     if code is None:
@@ -67,12 +84,14 @@ def closed_form_rows(view) -> ClosedFormRows | None:
     constants = [_constant_value(p) for p in params if not isinstance(p, int)]
     if not columns or any(c is None for c in constants):
         return None
-    eta_index = np.array([p if isinstance(p, int) else -1 for p in params], dtype=np.int64)
-    values, logs = np.ones(len(params)), np.zeros(len(params))
-    for i, value in zip(np.flatnonzero(eta_index < 0), constants, strict=True):
+    eta_index = np.full(MAX_PARAMS, -1, dtype=np.int64)
+    eta_index[:len(params)] = [p if isinstance(p, int) else -1 for p in params]
+    values, logs = np.ones(MAX_PARAMS), np.zeros(MAX_PARAMS)
+    constant_params = [i for i, p in enumerate(params) if not isinstance(p, int)]
+    for i, value in zip(constant_params, constants, strict=True):
         values[i] = value
         logs[i] = np.log(value) if value > 0 else np.nan
-    return ClosedFormRows(code, eta_index, np.concatenate([values, logs]), columns[0], str(y_dtype))
+    return code, eta_index, np.concatenate([values, logs]), columns[0], str(y_dtype)
 
 
 def _constant_value(graph):

@@ -157,16 +157,13 @@ class DistributionalRegression:
         """
         return closed_form_rows(self)
 
-    def single_term(self):
-        """(random variable op, its parameters (η index or constant graph), y's graph) where the rows
-        are one observed variable on every row, not a mixture; else None.
+    def observed_terms(self):
+        """[(random variable op, its parameters (η index or constant graph), y's graph)] of the
+        observed variables, where each is on every row and none is a mixture; else None.
         """
-        if len(self._terms) != 1:
+        if any(own is not None or isinstance(op, PointMassMixture) for op, _, _, own in self._terms):
             return None
-        op, params, observed, own_rows = self._terms[0]
-        if own_rows is not None or isinstance(op, PointMassMixture):
-            return None
-        return op, params, observed
+        return [(op, params, observed) for op, params, observed, _ in self._terms]
 
     def derivative_graphs(self, etas, value):
         """f, ∂_j f and ∂_jl f (j ≤ l) at ``etas``, elementwise (rows are independent, so the

@@ -1,0 +1,91 @@
+"""What ``pm.sample`` costs around any step method, against HMCECS's whole run, per zoo model and N.
+
+For each zoo model (tests/zoo.py, X and y as pm.Data) and each N, measured side by side in one
+process on a warm cache, 1 chain of ``--draws`` warm-up and ``--draws`` kept draws:
+- the floor: ``pm.sample`` with a step that returns its point unchanged (no set-up, no work per
+  draw): PyMC's own initialisation, trace, per-draw loop and conversion to a DataTree, which every
+  step method pays;
+- HMCECS with its defaults: construction plus ``pm.sample``, and its min bulk ESS.
+The Deterministics over all N rows are left out of the trace as in ``breakeven.py``.
+
+A step method whose ESS/s must be R times a reference's (``breakeven.py``: nutpie's) has the whole
+run's budget ESS / (R · reference ESS/s); where the floor alone exceeds that budget, no step method
+inside ``pm.sample`` meets R at these run lengths. ``--reference`` takes nutpie's ESS/s per model
+from a run of ``breakeven.py`` (model=ESS/s pairs) and prints each model's budget for R = ``--ratio``.
+
+Usage: python benchmarks/sample_floor.py [--models linear ...] [--rows 1000000] [--draws 500]
+       [--reference linear=12.7 ...] [--ratio 100]
+"""
+
+import argparse
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pymc as pm
+from breakeven import SAMPLE, min_ess, traced
+from pymc.step_methods.compound import BlockedStep
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from zoo import build  # noqa: E402
+
+import pymc_subsample as pms  # noqa: E402
+
+
+class Unchanged(BlockedStep):
+    """A step that returns its point as it is, with no stats: ``pm.sample``'s own cost per draw."""
+
+    stats_dtypes_shapes = {}
+
+    def __init__(self, vars):
+        self.vars = vars
+
+    def step(self, point):
+        return point, []
+
+
+def timed_sample(model, draws, make_step):
+    """(seconds of make_step() + pm.sample, the DataTree)."""
+    with model:
+        start = time.perf_counter()
+        step = make_step()
+        idata = pm.sample(step=step, draws=draws, tune=draws, random_seed=2, var_names=traced(model),
+                          **SAMPLE)
+    return time.perf_counter() - start, idata
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    cheap = ["linear", "hierarchical_centred", "set_data_predictive", "deterministic_potential"]
+    parser.add_argument("--models", nargs="+", default=cheap)
+    parser.add_argument("--rows", nargs="+", type=int, default=[1_000_000])
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--reference", nargs="*", default=[], help="model=ESS/s of the reference sampler")
+    parser.add_argument("--ratio", type=float, default=100.0)
+    args = parser.parse_args()
+    reference = {k: float(v) for k, v in (item.split("=") for item in args.reference)}
+    print(f"# {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, PyMC {pm.__version__}, "
+          f"{platform.machine()}, 1 chain of {args.draws} + {args.draws}, warm cache")
+    print(f"| model | N | floor: pm.sample, a step that does nothing (s) | HMCECS set-up + pm.sample (s) | "
+          f"HMCECS min ESS | budget at {args.ratio:g}× the reference (s) |")
+    print("|---|---|---|---|---|---|")
+    for name in args.models:
+        for n in args.rows:
+            model = build(name, n)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # first runs in the process: imports, PyMC's and the package's kernels loaded
+                timed_sample(model, 10, lambda m=model: Unchanged(m.value_vars))
+                timed_sample(model, 10, pms.HMCECS)
+                floor, _ = timed_sample(model, args.draws, lambda m=model: Unchanged(m.value_vars))
+                seconds, idata = timed_sample(model, args.draws, pms.HMCECS)
+            ess = min_ess(idata)
+            budget = ess / (args.ratio * reference[name]) if name in reference else np.nan
+            print(f"| {name} | {n:,} | {floor:.2f} | {seconds:.2f} | {ess:.0f} | {budget:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
