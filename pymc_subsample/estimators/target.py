@@ -75,6 +75,8 @@ class SubsampledTarget:
         self.tall = tall
         self.n_rows = tall.n_rows
         self._glm_choice = glm
+        # the set-up's prior as the step that made this target chose it, for its later calls too
+        self._setup_prior_compiled = tall.setup_prior_compiled
         self.proxy = make_proxy(tall, self.glm, center, order, chunk_size=chunk_size)
         self._chunk_size = chunk_size
         self.center = self.proxy.center
@@ -571,7 +573,8 @@ class SubsampledTarget:
         row and no compiled function (where the set-up's pilot points are plausible,
         :func:`~pymc_subsample.kernels.tuning.plausible_laplace_draws`).
         """
-        return float(self.tall.prior_value_and_grad(theta, setup=True)[0]) + self.proxy.sum_value(theta)
+        prior = self.tall.prior_value_and_grad(theta, setup=True, compiled=self._setup_prior_compiled)[0]
+        return float(prior) + self.proxy.sum_value(theta)
 
     def prior_value(self, theta) -> float:
         return float(self.tall.prior_value_and_grad(theta)[0])

@@ -123,10 +123,6 @@ class GraphView:
         """
         return tuple(self.prior_function(python)(self._theta(theta)))
 
-    def prior_compiled(self) -> bool:
-        """Whether :meth:`prior_function` is compiled in the current mode already."""
-        return "prior" in self._graphs.functions.current
-
     def prior_function(self, python=False):
         """The function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior`, in the current compile mode."""
         g = self._graphs

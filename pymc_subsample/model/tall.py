@@ -98,6 +98,9 @@ class TallModel:
         self.client = None  # Dask client of the full passes (model/chunks.py); None: the active one
         self.progressbar = False  # progress bars over the chunks of long full passes
         self.full_passes = 0  # full-data passes so far (set-up cost, counted by chunked_sum)
+        #: whether the set-up's calls of the prior take the compiled function (prior_value_and_grad);
+        #: each step sets it for its own set-up (SubsampleStep.compiles_prior)
+        self.setup_prior_compiled = False
         self._kept_affine = {}  # in θ (False) or φ (True): kept_affine's KeptAffineRows or None
         self.pass_memo = None  # full passes' sums by (fn, chunk size, θ) while set-up remembers them
 
@@ -170,7 +173,7 @@ class TallModel:
         return self._analysis.prior_grad_graph
 
     # --------------------------------------------------------------- functions
-    def prior_value_and_grad(self, theta, *, setup=False):
+    def prior_value_and_grad(self, theta, *, setup=False, compiled=None):
         """Log p(theta) (with transforms' Jacobians) and its gradient.
 
         By default from a small compiled function of its own, for samplers that call it every
@@ -182,7 +185,10 @@ class TallModel:
         compiling the prior costs more at set-up than its few calls in Python; where its rows are
         affine in a row-free φ(θ) and in memory, from the function of φ and the prior that its
         perturbed estimate compiles
-        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`).
+        (:meth:`~pymc_subsample.model.row_free.RowFreeParameters.prior_and_pullback`). There
+        ``compiled`` (default :attr:`setup_prior_compiled`, which the step being set up chose) takes
+        the compiled function instead: the choice is the step's, never what happens to be compiled
+        already, so that a step's set-up gives the same numbers whatever ran before it.
         """
         # measured: a compiled prior was 2.4 s of a first run's set-up of the linear zoo model,
         # against 0.2-0.9 ms a call in Python (zoo models), 0.05-0.2 s of a warm set-up; the
@@ -199,10 +205,11 @@ class TallModel:
         # measured: the compiled prior here, for rows the package's kernel computes, saved 0.1 s of a
         # warm set-up but moved the prior's Numba compilation into the set-up, where the chains of a
         # first run on a cold cache compiled it each in parallel: the demo's set-up 0.2 → 0.8 s. So
-        # the set-up takes the compiled prior only where a step compiled it for its sampling before
-        # the set-up (SubsampleStep.compiles_prior): compiling it for the Python linker too cost
-        # 0.25-0.6 s of PyTensor's rewriting (zoo models, 10⁵ rows, 2026-11-30)
-        return self._graph.prior(theta, python=setup and not self._graph.prior_compiled())
+        # the set-up takes the compiled prior only where the step's sampling calls it anyway
+        # (SubsampleStep.compiles_prior): compiling it for the Python linker too cost 0.25-0.6 s of
+        # PyTensor's rewriting (zoo models, 10⁵ rows, 2026-11-30)
+        compiled = self.setup_prior_compiled if compiled is None else compiled
+        return self._graph.prior(theta, python=setup and not compiled)
 
     def prior_function(self):
         """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the

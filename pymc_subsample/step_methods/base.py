@@ -201,8 +201,7 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         self.tall.client, self.tall.progressbar = client, bool(progressbar)
         self.check_model(self.tall)
         warn_deterministics_over_rows(self.tall)
-        if self.compiles_prior(self.tall):
-            self.tall.prior_function()  # compiled once: the set-up's calls of the prior take it too
+        self.tall.setup_prior_compiled = self.compiles_prior(self.tall)
         self.target = centred_target(self.tall, center, proxy_order, chunk_size,
                                      glm="auto" if self.row_free_proxy else "affine")
         self.proxy = self.target.proxy
@@ -213,10 +212,11 @@ class SubsampleStep(RequestedModeMixin, ProgressBarMixin, ArrayStepShared):
         self.monitor = None
 
     def compiles_prior(self, tall) -> bool:
-        """Whether the step's sampling calls the model's compiled prior
-        (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`), so that the set-up compiles it
-        first and calls it too; a step that does not says False (the set-up then calls the prior on
-        PyTensor's Python linker, nothing compiled for the chains' processes to compile again).
+        """Whether the set-up calls the model's compiled prior
+        (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`): True where the step's sampling
+        calls that function anyway, so that it is compiled once, in the set-up; False (the default)
+        calls the prior on PyTensor's Python linker, nothing compiled for the chains' processes to
+        compile again.
         """
         return False
 
