@@ -375,8 +375,9 @@ class SubsampledTarget:
         is the closed form's in θ, it is made already, and the batch's rows are kept (a sampler's
         passes: the end of warm-up's choice of exact rows); else None.
         """
-        # measured at 10⁶ rows (2026-11-30): the warm-up's pass over every row at 9 points took
-        # 0.4-0.6 s in NumPy (η and f at all points, then q_k), most of a 10⁶-row warm-up
+        # measured at 10⁶ rows (2026-12-01): the warm-up's pass over every row at 9 points took 0.92 s
+        # (linear) and 1.60 s (negative binomial) in NumPy (η and f at all points, then q_k), 0.50
+        # and 0.67 s here
         function = self.__dict__.get("_eta_perturbed")
         rows = getattr(batch, "rows", None)
         if (function is None or function.closed_form is None or function.in_phi or rows is None

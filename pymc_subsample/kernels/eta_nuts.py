@@ -124,8 +124,8 @@ def write_rows(rows, kept, data_rows, start):
                       data_rows, start)
     for t in range(data_rows.shape[0]):
         k, r = start + t, data_rows[t]
-        for t in range(y.shape[0]):
-            y[t, k] = kept_y[t, r]
+        for term in range(y.shape[0]):
+            y[term, k] = kept_y[term, r]
         for j in range(centre.shape[0]):
             centre[j, k] = kept_terms[j, r]
 
