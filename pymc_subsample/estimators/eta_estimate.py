@@ -85,7 +85,9 @@ class EtaPerturbedFunction:
         self.rows_function = self.phi_function = self.prior_function = None
         prior = not self.in_phi
         if self.closed_form is not None and prior:
-            self.prior_function = direct_call(tall.prior_function())
+            closed_form_prior = tall.closed_form_prior
+            self.prior_function = (closed_form_prior if closed_form_prior is not None else
+                                   direct_call(tall.prior_function()))
         if self.closed_form is None:
             key = ("EtaPerturbedFunction", "prior, f and ∂f/∂η" if prior else "f and ∂f/∂η", self.constant)
             self.rows_function = tall.kept_function(

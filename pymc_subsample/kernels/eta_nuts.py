@@ -44,8 +44,10 @@ from typing import NamedTuple
 import numba
 import numpy as np
 from numba import types
+from numba.extending import overload
 
 from pymc_subsample.estimators.eta_kernels import closed_form_sums, write_affine_rows
+from pymc_subsample.estimators.prior_kernel import closed_form_prior
 
 from .compiled_nuts import _bits, _uniform
 from .resumable_nuts import _N_SCALARS, EVALUATE, WRONG_SIZE, finish, resume, start
@@ -57,10 +59,33 @@ __all__ = ["DRAW_STATS", "Draws", "EtaNUTS", "as_prior", "eta_nuts_draws", "eta_
 PRIOR_ARGUMENTS = (types.UniTuple(types.float64[::1], 1),)
 
 
+def log_prior(prior, theta):
+    """(log p(θ), ∇log p(θ)) from ``prior``: the typed list of PyTensor's Numba function of the prior
+    (:func:`as_prior`), or the arrays of the package's closed-form prior
+    (:func:`~pymc_subsample.estimators.prior_kernel.closed_form_prior`). Called from Numba only,
+    where each kind compiles its own kernel once per installation.
+    """
+    raise NotImplementedError("called from Numba code only")
+
+
+@overload(log_prior, jit_options={"cache": True})
+def _log_prior(prior, theta):
+    if isinstance(prior, types.ListType):
+        def from_function(prior, theta):
+            value, grad = prior[0]((theta,))
+            return value[()], grad
+        return from_function
+
+    def from_arrays(prior, theta):
+        return closed_form_prior(prior, theta)
+    return from_arrays
+
+
 @numba.njit(cache=True, fastmath=True)
 def _estimate(prior, fixed, rows, theta):
     """(log p(θ) + ℓ̂ − σ̂²/2, its gradient, σ̂²): what
-    :class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction` gives, in its order of sums.
+    :class:`~pymc_subsample.estimators.eta_estimate.EtaPerturbedFunction` gives, in its order of sums;
+    ``prior`` as :func:`log_prior` takes it.
     """
     code, eta_index, constants, pairs, order, sum_at_centre, x_centre, linear, quadratic = fixed
     (y, offset, jacobian, coef, owner, constant_offset, constant_jacobian, slot, dense, first, stride, centre,
@@ -69,8 +94,8 @@ def _estimate(prior, fixed, rows, theta):
                                            constant_offset, constant_jacobian, slot, dense, first, stride,
                                            theta, centre, pairs, order, subsampled, n_rest, m_rest,
                                            sum_at_centre, x_centre, linear, quadratic)
-    log_prior, prior_grad = prior((theta,))
-    return log_prior[()] + value, prior_grad + grad, sigma2
+    prior_value, prior_grad = log_prior(prior, theta)
+    return prior_value + value, prior_grad + grad, sigma2
 
 
 def _list_of(prior):
@@ -146,8 +171,8 @@ def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value,
     ----------
     work, ints, rng : ndarray
         The machine's arrays.
-    priors : numba.typed.List
-        θ ↦ (log p(θ), ∇log p(θ)), its one item (:func:`as_prior`).
+    priors : numba.typed.List or tuple
+        The prior as :func:`log_prior` takes it.
     fixed : tuple
         The estimate's arguments the same for every subsample: the family's code, η index and
         constants, the proxy's pairs (j, l) of ∂²f* and order, Σq's Σf*, x*, A and B.
@@ -171,7 +196,7 @@ def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value,
         the subsample kept, the machine's status (``WRONG_SIZE`` where an array does not fit it), the
         transition as :func:`~.resumable_nuts.finish` gives it).
     """
-    prior = priors[0]
+    prior = priors
     if fresh:
         value, grad, sigma2 = _estimate(prior, fixed, rows, theta)
         extras = np.array([sigma2])
@@ -318,8 +343,8 @@ class EtaNUTS:
 
     Parameters
     ----------
-    prior : numba.typed.List
-        From :func:`as_prior` (:meth:`for_prior` makes it).
+    prior : numba.typed.List or tuple
+        As :func:`log_prior` takes it (:meth:`for_prior` makes it).
     fixed, kept : tuple
         As :func:`eta_nuts_iteration` takes them.
     """
@@ -330,9 +355,13 @@ class EtaNUTS:
 
     @classmethod
     def for_prior(cls, prior, fixed, kept) -> EtaNUTS | None:
-        """The iterations with ``prior``, a Numba dispatcher compiled for θ, or None where it has no
-        signature :func:`eta_nuts_iteration` calls (:func:`prior_signature`).
+        """The iterations with ``prior``: a closed-form prior's arrays
+        (:class:`~pymc_subsample.model.closed_form_prior.ClosedFormPrior`), or a Numba dispatcher
+        compiled for θ; None where the dispatcher has no signature :func:`eta_nuts_iteration` calls
+        (:func:`prior_signature`).
         """
+        if isinstance(prior, tuple):  # the arrays of the closed-form prior
+            return cls(tuple(prior), fixed, kept)
         signature = prior_signature(prior)
         return None if signature is None else cls(as_prior(prior, signature), fixed, kept)
 
