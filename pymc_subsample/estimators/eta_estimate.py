@@ -71,8 +71,9 @@ class EtaPerturbedFunction:
 
     Rows of a family of :mod:`~pymc_subsample.model.closed_form` (``closed_form``) need no
     function of f: η, f and the sums are one call of :func:`closed_form_sums`, and in θ log p(θ)
-    comes from the tall model's function of the prior
-    (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`).
+    comes from the closed-form prior where there is one
+    (:attr:`~pymc_subsample.model.tall.TallModel.closed_form_prior`), else from the tall model's
+    function of the prior (:meth:`~pymc_subsample.model.tall.TallModel.prior_function`).
     """
 
     def __init__(self, target, affine):

@@ -2,11 +2,12 @@
 
 For rows affine in θ of a family the package writes in Numba
 (:func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums`), the only part of the estimate
-compiled from the model is log p(θ) with its gradient, PyTensor's Numba function of the prior.
-:func:`eta_nuts_iteration` takes that function as a first-class function (a function pointer of the
-signature of the prior's types, :func:`as_prior`), so that it is compiled once per such signature
-and loaded from Numba's disk cache by every later process, whatever the model: no compilation per
-model. It runs Dang et al. (2019) Algorithm 1 with NUTS as
+that may be compiled from the model is log p(θ) with its gradient: none where the prior is of the
+families of :mod:`~pymc_subsample.estimators.prior_kernel` (its arrays passed in), else PyTensor's
+Numba function of the prior. :func:`eta_nuts_iteration` takes that function as a first-class
+function (a function pointer of the signature of the prior's types, :func:`as_prior`), so that it
+is compiled once per such signature and loaded from Numba's disk cache by every later process,
+whatever the model: no compilation per model (:func:`log_prior` chooses between the two kinds). It runs Dang et al. (2019) Algorithm 1 with NUTS as
 :func:`~pymc_subsample.kernels.resumable_nuts.ecs_nuts_iteration` does, the same operations in the
 same order (the subsample update, eq. 3.5; then :func:`~.resumable_nuts.start` and
 :func:`~.resumable_nuts.resume` with the estimate at each new point), with the estimate computed in the
