@@ -1,4 +1,4 @@
-"""The closed-form prior (pymc_subsample.model.closed_form_prior, estimators.prior_kernel) against
+"""The closed-form prior (pymc_subsample.model.closed_form_prior, pymc_subsample.prior_kernel) against
 PyMC's own log prior and its gradient, and the models it leaves to the compiled prior."""
 
 import numpy as np

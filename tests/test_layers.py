@@ -134,9 +134,11 @@ def test_the_import_walk_finds_a_chain_through_a_package_init():
 #: comparisons read the traces PyMC returns).
 LAYERS = ("model", "subsample", "control_variates", "estimators", "kernels", "diagnostics", "step_methods")
 #: modules beside the layers: ``pymc_protocol`` (PyMC's private step protocol) and ``families`` (the
-#: observed distributions' formulas), which any layer may use and which import nothing of ours, and
+#: observed distributions' formulas) and ``prior_kernel`` (the free variables' log-densities in Numba,
+#: which the model's set-up and the kernels both call), which any layer may use and which import
+#: nothing of ours, and
 #: ``datasets`` (example data, which no layer imports)
-BESIDE = ("pymc_protocol", "families", "datasets")
+BESIDE = ("pymc_protocol", "families", "prior_kernel", "datasets")
 
 
 def _layer(name: str) -> str | None:

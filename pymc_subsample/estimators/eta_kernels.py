@@ -1,8 +1,9 @@
 """The Numba kernels of the η estimate (:mod:`~pymc_subsample.estimators.eta_estimate`): η from the
 rows' kept η(0) and sparse J, the perturbed sums and their gradient, and the closed forms of f.
 
-They import nothing but NumPy and Numba, so that the kernels that run a whole HMC-ECS iteration
-(:mod:`pymc_subsample.kernels.eta_nuts`) can call them without reaching PyMC or PyTensor.
+They import nothing but NumPy, Numba and ψ from :mod:`pymc_subsample.prior_kernel`, so that the
+kernels that run a whole HMC-ECS iteration (:mod:`pymc_subsample.kernels.eta_nuts`) can call them
+without reaching PyMC or PyTensor.
 
 :func:`closed_form_sums` computes η, f, ∂f (:func:`row_differences`), the sums and the proxy's Σq
 in one call for rows of families whose f the package writes here (observed variables on every row,
@@ -40,6 +41,8 @@ import math
 
 import numba
 import numpy as np
+
+from pymc_subsample.prior_kernel import digamma as _digamma
 
 __all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
            "affine_eta", "closed_form_differences",
@@ -514,21 +517,6 @@ def _student_t_shape(log_nu):
     nu = math.exp(log_nu)
     head = math.lgamma(0.5 * (nu + 1.0)) - math.lgamma(0.5 * nu) - 0.5 * (log_nu + math.log(math.pi))
     return head, 0.5 * nu * (_digamma(0.5 * (nu + 1.0)) - _digamma(0.5 * nu)) - 0.5, nu
-
-
-@numba.njit(cache=True)
-def _digamma(x):
-    """ψ(x) for x > 0: the recurrence ψ(x) = ψ(x + 1) − 1/x up to x ≥ 10, then the asymptotic series
-    ln x − 1/(2x) − Σ B₂ₙ/(2n x²ⁿ) to n = 6 (truncation below 1e-14 there).
-    """
-    total = 0.0
-    while x < 10.0:
-        total -= 1.0 / x
-        x += 1.0
-    f = 1.0 / (x * x)
-    series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132
-                                                                                   - f * 691.0 / 32760)))))
-    return total + math.log(x) - 0.5 / x - series
 
 
 @numba.njit(cache=True)

@@ -3,11 +3,12 @@
 For rows affine in θ of a family the package writes in Numba
 (:func:`~pymc_subsample.estimators.eta_kernels.closed_form_sums`), the only part of the estimate
 that may be compiled from the model is log p(θ) with its gradient: none where the prior is of the
-families of :mod:`~pymc_subsample.estimators.prior_kernel` (its arrays passed in), else PyTensor's
+families of :mod:`~pymc_subsample.prior_kernel` (its arrays passed in), else PyTensor's
 Numba function of the prior. :func:`eta_nuts_iteration` takes that function as a first-class
 function (a function pointer of the signature of the prior's types, :func:`as_prior`), so that it
 is compiled once per such signature and loaded from Numba's disk cache by every later process,
-whatever the model: no compilation per model (:func:`log_prior` chooses between the two kinds). It runs Dang et al. (2019) Algorithm 1 with NUTS as
+whatever the model: no compilation per model (:func:`log_prior` chooses between the two kinds).
+It runs Dang et al. (2019) Algorithm 1 with NUTS as
 :func:`~pymc_subsample.kernels.resumable_nuts.ecs_nuts_iteration` does, the same operations in the
 same order (the subsample update, eq. 3.5; then :func:`~.resumable_nuts.start` and
 :func:`~.resumable_nuts.resume` with the estimate at each new point), with the estimate computed in the
@@ -48,7 +49,7 @@ from numba import types
 from numba.extending import overload
 
 from pymc_subsample.estimators.eta_kernels import closed_form_sums, write_affine_rows
-from pymc_subsample.estimators.prior_kernel import closed_form_prior
+from pymc_subsample.prior_kernel import closed_form_prior
 
 from .compiled_nuts import _bits, _uniform
 from .resumable_nuts import _N_SCALARS, EVALUATE, WRONG_SIZE, finish, resume, start
@@ -63,7 +64,7 @@ PRIOR_ARGUMENTS = (types.UniTuple(types.float64[::1], 1),)
 def log_prior(prior, theta):
     """(log p(θ), ∇log p(θ)) from ``prior``: the typed list of PyTensor's Numba function of the prior
     (:func:`as_prior`), or the arrays of the package's closed-form prior
-    (:func:`~pymc_subsample.estimators.prior_kernel.closed_form_prior`). Called from Numba only,
+    (:func:`~pymc_subsample.prior_kernel.closed_form_prior`). Called from Numba only,
     where each kind compiles its own kernel once per installation.
     """
     raise NotImplementedError("called from Numba code only")

@@ -1,5 +1,5 @@
 """A model's prior as the package's closed-form kernel reads it
-(:func:`~pymc_subsample.estimators.prior_kernel.closed_form_prior`), where every free variable is of a
+(:func:`~pymc_subsample.prior_kernel.closed_form_prior`), where every free variable is of a
 family the kernel computes, under no transform, log or log-odds, with each parameter a constant or
 another free variable (broadcast or indexed, as a hierarchical prior's μ[g]), and the model has no
 potentials.
@@ -35,7 +35,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.shape import Reshape, SpecifyShape
 from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
-from pymc_subsample.estimators.prior_kernel import (
+from pymc_subsample.prior_kernel import (
     BETA,
     EXPONENTIAL,
     GAMMA,
@@ -48,9 +48,7 @@ from pymc_subsample.estimators.prior_kernel import (
     NORMAL,
     STUDENT_T,
 )
-from pymc_subsample.estimators.prior_kernel import (
-    closed_form_prior as prior_kernel,
-)
+from pymc_subsample.prior_kernel import closed_form_prior as prior_kernel
 
 __all__ = ["ClosedFormPrior", "closed_form_prior"]
 
@@ -76,7 +74,7 @@ def _families():
 
 
 class ClosedFormPrior(NamedTuple):
-    """The arrays :func:`~pymc_subsample.estimators.prior_kernel.closed_form_prior` reads, one row per
+    """The arrays :func:`~pymc_subsample.prior_kernel.closed_form_prior` reads, one row per
     element of θ: its family and transform codes, the element each parameter reads (−1: a constant),
     the constants and their logs as the model computes them (in the constants' dtypes); and the
     offset of the constant terms (module docstring).

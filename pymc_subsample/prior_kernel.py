@@ -6,7 +6,9 @@ Why: compiled from the model's graph, the prior is the one function of a model t
 :mod:`~pymc_subsample.kernels.eta_nuts` need; on an empty PyTensor cache its Numba compilation is
 most of the set-up (3.3 s of 3.8 s, the linear zoo model at 10⁵ rows, 2026-12-01), and on a warm
 one its compilation and loading take 0.1-0.25 s. This kernel is compiled once per installation
-(Numba's cache beside this file) and reads the model from arrays.
+(Numba's cache beside this file) and reads the model from arrays. It sits beside the layers, as
+:mod:`pymc_subsample.families` does: the model's set-up (:mod:`pymc_subsample.model.closed_form_prior`)
+and the kernels (:mod:`pymc_subsample.kernels.eta_nuts`) both call it, and it imports nothing of ours.
 
 Each element e of θ is one element of a free variable, x_e = T⁻¹(θ_e) under its transform (none,
 log: x = e^θ, log-odds: x = σ(θ)), with the transform's log-Jacobian added; its family's log-density
@@ -40,10 +42,8 @@ import math
 import numba
 import numpy as np
 
-from .eta_kernels import _digamma
-
 __all__ = ["BETA", "EXPONENTIAL", "GAMMA", "HALF_CAUCHY", "HALF_NORMAL", "IDENTITY", "LOG", "LOG_ODDS",
-           "NORMAL", "STUDENT_T", "closed_form_prior"]
+           "NORMAL", "STUDENT_T", "closed_form_prior", "digamma"]
 
 #: the families of :func:`closed_form_prior`, by code
 NORMAL, HALF_NORMAL, EXPONENTIAL, GAMMA, BETA, HALF_CAUCHY, STUDENT_T = range(7)
@@ -120,13 +120,13 @@ def _log_density(family, x, p, log_p):
     if family == GAMMA:  # (α, scale)
         log_x, log_s = math.log(x), log_p[1]
         lp = -math.lgamma(a) - a * log_s + (a - 1.0) * log_x - x / b
-        return lp, (a - 1.0) / x - 1.0 / b, log_x - log_s - _digamma(a), (x / b - a) / b, 0.0
+        return lp, (a - 1.0) / x - 1.0 / b, log_x - log_s - digamma(a), (x / b - a) / b, 0.0
     if family == BETA:  # (a, b)
         log_x, log_1mx = math.log(x), math.log1p(-x)
         lp = (a - 1.0) * log_x + (b - 1.0) * log_1mx - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-        both = _digamma(a + b)
-        return lp, (a - 1.0) / x - (b - 1.0) / (1.0 - x), log_x - _digamma(a) + both, \
-            log_1mx - _digamma(b) + both, 0.0
+        both = digamma(a + b)
+        return lp, (a - 1.0) / x - (b - 1.0) / (1.0 - x), log_x - digamma(a) + both, \
+            log_1mx - digamma(b) + both, 0.0
     if family == HALF_CAUCHY:  # (loc = 0, β)
         z = x / b
         u = 1.0 + z * z
@@ -139,5 +139,20 @@ def _log_density(family, x, p, log_p):
     w = (a + 1.0) / (a + z2)
     lp = (math.lgamma(0.5 * (a + 1.0)) - math.lgamma(0.5 * a) - 0.5 * (log_p[0] + _LOG_PI) - log_p[2]
           - 0.5 * (a + 1.0) * t)
-    d_nu = 0.5 * (_digamma(0.5 * (a + 1.0)) - _digamma(0.5 * a)) - 0.5 / a - 0.5 * t + 0.5 * w * z2 / a
+    d_nu = 0.5 * (digamma(0.5 * (a + 1.0)) - digamma(0.5 * a)) - 0.5 / a - 0.5 * t + 0.5 * w * z2 / a
     return lp, -w * z / c, d_nu, w * z / c, (w * z2 - 1.0) / c
+
+
+@numba.njit(cache=True)
+def digamma(x):
+    """ψ(x) for x > 0: the recurrence ψ(x) = ψ(x + 1) − 1/x up to x ≥ 10, then the asymptotic series
+    ln x − 1/(2x) − Σ B₂ₙ/(2n x²ⁿ) to n = 6 (truncation below 1e-14 there).
+    """
+    total = 0.0
+    while x < 10.0:
+        total -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132
+                                                                                   - f * 691.0 / 32760)))))
+    return total + math.log(x) - 0.5 / x - series
