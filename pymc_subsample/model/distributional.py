@@ -293,13 +293,23 @@ class DistributionalRegression:
         """:class:`RowTerms` of the rows of ``batch`` at θ: f and its first and second derivatives in η.
 
         A batch of :data:`NUMPY_TERMS_MIN_ROWS` rows or more (a set-up's chunks and pilots), or any
-        batch with ``setup`` (a check on a few rows), goes through NumPy and SciPy over whole arrays
-        (:func:`~pymc_subsample.model.compile.compile_numpy`), which compiles nothing; a smaller one
+        batch with ``setup`` (a check on a few rows), goes through NumPy and SciPy over whole arrays:
+        the closed form's terms written out where its families have them
+        (:meth:`~pymc_subsample.model.closed_form.ClosedFormRows.row_terms`, η from the points
+        function), else the graph of f and its derivatives
+        (:func:`~pymc_subsample.model.compile.compile_numpy`); neither compiles anything. A smaller one
         (a sampler's per-iteration rows) through one compiled function, whose per-call cost is
         microseconds where NumPy's is a fraction of a millisecond.
         """
         n = np.shape(batch[0])[0] if batch and np.ndim(batch[0]) else 0
-        function = self._terms_function("numpy") if setup or n >= NUMPY_TERMS_MIN_ROWS else None
+        whole_arrays = setup or n >= NUMPY_TERMS_MIN_ROWS
+        form = self.closed_form
+        if whole_arrays and form is not None and form.has_row_terms:  # nothing rewritten or compiled
+            theta = np.asarray(theta, dtype=self.tall.theta.dtype)
+            etas = [np.asarray(e[0], dtype=np.float64)
+                    for e in self.eta_components_at_thetas(theta[None], batch)]
+            return RowTerms(etas, *form.row_terms(batch, etas, self.pairs))
+        function = self._terms_function("numpy") if whole_arrays else None
         if function is None:
             function = self._terms_function("compiled")
         values = function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
