@@ -30,6 +30,10 @@ StudentT(ν, μ, σ) log Γ((ν+1)/2) − log Γ(ν/2) − ½ log νπ − log �
                   ∂ν = ½ψ((ν+1)/2) − ½ψ(ν/2) − 1/(2ν) − ½ log(1 + z²/ν) + w z²/(2ν)
 ================  ==================================================================================
 
+Potentials (``pm.Potential``) are read where they are a quadratic in θ (a soft constraint such as
+−½((β₀ − 2)/0.01)², a soft sum-to-zero): their gradient and Hessian at one point, checked with the
+rest of the prior at others.
+
 The constant terms PyMC computes in the constants' own dtypes (log σ of a float32 σ in float32) are
 not reproduced: the value carries an ``offset`` measured once against the model's own prior graph
 (:func:`~pymc_subsample.model.closed_form_prior.closed_form_prior`).
@@ -62,10 +66,11 @@ def closed_form_prior(prior, theta):
     """(log p(θ), ∇log p(θ)) of the prior ``prior`` = (family (d,), transform (d,), source (d, 3):
     the element of θ whose value x_j is each parameter, or −1 for a constant; constants (d, 3) and
     their logs (d, 3) as the model computes them (a float32 σ's log σ in float32, which a free α
-    multiplies in a Gamma's α log s); offset (1,)) at ``theta`` (d,), with the transforms'
-    log-Jacobians (module docstring).
+    multiplies in a Gamma's α log s); the potentials' quadratic gᵀu + ½uᵀHu, u = θ − θ₀, as (θ₀ (d,),
+    g (d,), H (d, d), or (0, 0) for no potentials); offset (1,)) at ``theta`` (d,), with the
+    transforms' log-Jacobians (module docstring).
     """
-    family, transform, source, constants, log_constants, offset = prior
+    family, transform, source, constants, log_constants, centre, slope, curvature, offset = prior
     d = theta.shape[0]
     x, dx = np.empty(d), np.empty(d)
     grad = np.zeros(d)
@@ -102,6 +107,11 @@ def closed_form_prior(prior, theta):
             grad[source[e, 1]] += d1 * dx[source[e, 1]]
         if source[e, 2] >= 0:
             grad[source[e, 2]] += d2 * dx[source[e, 2]]
+    if curvature.shape[0]:  # the potentials, a quadratic in θ
+        u = theta - centre
+        hu = curvature @ u
+        value += slope @ u + 0.5 * (u @ hu)
+        grad += slope + hu
     return value, grad
 
 

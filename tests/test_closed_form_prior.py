@@ -78,6 +78,44 @@ def test_closed_form_prior_is_pymcs_log_prior(priors):
     np.testing.assert_allclose(value, want_value, rtol=1e-12, atol=1e-9)
 
 
+def quadratic_potential():
+    beta = pm.Normal("beta", 0.0, 1.0, shape=3)
+    scale = pm.HalfNormal("scale", 1.0)
+    # a soft sum-to-zero and a soft pin: quadratic in θ
+    pm.Potential("sum_to_zero", pm.logp(pm.Normal.dist(0.0, 0.01), beta.sum()))
+    pm.Potential("pin", -0.5 * ((beta[0] - 0.2) / 0.5) ** 2)
+    return beta[GROUP % 3] * scale
+
+
+@pytest.mark.parametrize("priors", [quadratic_potential])
+def test_quadratic_potentials_are_read(priors):
+    model = _with_rows(priors)
+    tall = TallModel(model)
+    prior = tall.closed_form_prior
+    assert prior is not None and prior.curvature.shape == (tall.ndim, tall.ndim)
+    potential = model.logp(vars=model.potentials)
+    potentials = pytensor.function(tall.value_vars, [potential, *pytensor.grad(potential, tall.value_vars,
+                                                                              disconnected_inputs="ignore")],
+                                   mode=Mode(linker="py", optimizer=None), on_unused_input="ignore")
+    reference = _model_prior(model, tall)
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        theta = tall.initial_theta + rng.normal(scale=0.8, size=tall.ndim)
+        point = tall.theta_to_point(theta)
+        want_value, want_grad = reference(theta)
+        extra, *extra_grads = potentials(*(point[v.name] for v in tall.value_vars))
+        value, grad = prior(theta)
+        np.testing.assert_allclose(value, want_value + float(extra), rtol=1e-10)
+        np.testing.assert_allclose(grad, want_grad + np.concatenate([np.ravel(g) for g in extra_grads]),
+                                   rtol=1e-9, atol=1e-9)
+
+
+def not_quadratic_potential():
+    mu = pm.Normal("mu", 0.0, 1.0)
+    pm.Potential("pull", -(mu ** 4))
+    return mu
+
+
 def computed_parameter():
     alpha = pm.Normal("alpha", 0.0, 1.0)
     effects = pm.Normal("effects", 2.0 * alpha, 1.0, shape=4)  # a parameter computed from a variable
@@ -88,18 +126,13 @@ def interval_transform():
     return pm.Uniform("mu", -5.0, 5.0)
 
 
-def with_potential():
-    mu = pm.Normal("mu", 0.0, 1.0)
-    pm.Potential("pull", -0.5 * (mu - 1.0) ** 2)
-    return mu
-
-
 def data_parameter():
     scale = pm.Data("scale", 2.0)
     return pm.Normal("mu", 0.0, scale)
 
 
-@pytest.mark.parametrize("priors", [computed_parameter, interval_transform, with_potential, data_parameter])
+@pytest.mark.parametrize("priors", [computed_parameter, interval_transform, not_quadratic_potential,
+                                    data_parameter])
 def test_priors_the_kernel_does_not_compute_are_compiled(priors):
     model = _with_rows(priors)
     tall = TallModel(model)
@@ -108,8 +141,8 @@ def test_priors_the_kernel_does_not_compute_are_compiled(priors):
     theta = tall.initial_theta + 0.3
     value, grad = tall.prior_value_and_grad(theta)
     want_value, want_grad = reference(theta)
-    if priors is with_potential:  # the model's prior holds the potential too
-        want_value += -0.5 * (theta[0] - 1.0) ** 2
-        want_grad = want_grad - (theta[0] - 1.0)
+    if priors is not_quadratic_potential:  # the model's prior holds the potential too
+        want_value += -theta[0] ** 4
+        want_grad = want_grad - 4.0 * theta[0] ** 3
     np.testing.assert_allclose(value, want_value, rtol=1e-10)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-10, atol=1e-12)

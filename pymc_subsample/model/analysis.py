@@ -93,6 +93,9 @@ class GraphAnalysis:
         n_observed = len(model.observed_RVs)
         loglik_rows, self.data_sets = _loglik_rows_graph(model, lengths, terms[:n_observed])
         prior = _dim_lengths_as_constants(model, variadic_add(*(term.sum() for term in terms[n_observed:])))
+        potentials = terms[n_observed + len(model.free_RVs):]
+        potential = (_dim_lengths_as_constants(model, variadic_add(*(term.sum() for term in potentials)))
+                     if potentials else None)
         self.leaves = find_row_leaves([loglik_rows], self.n_rows)
         if find_row_leaves([prior], self.n_rows):
             raise ValueError(
@@ -103,7 +106,10 @@ class GraphAnalysis:
         check_finite(self.leaves)
         self.size_constants = find_size_constants([loglik_rows], self.n_rows)
         point = {k: v for k, v in self.initial_point.items() if k in {v_.name for v_ in self.value_vars}}
-        (prior, loglik_rows), self.theta = joined_inputs(point, [prior, loglik_rows], self.value_vars)
+        outputs = [prior, loglik_rows] + ([potential] if potential is not None else [])
+        (prior, loglik_rows, *potential), self.theta = joined_inputs(point, outputs, self.value_vars)
+        #: the potentials' sum in θ (part of ``prior_graph``), or None
+        self.potential_graph = potential[0] if potential else None
         self.theta.name = "theta"
         self.point_map_info = DictToArrayBijection.map(point).point_map_info
         self.ndim = int(sum(np.prod(shape, dtype=int) for _, shape, *_ in self.point_map_info))

@@ -1,8 +1,8 @@
 """A model's prior as the package's closed-form kernel reads it
 (:func:`~pymc_subsample.prior_kernel.closed_form_prior`), where every free variable is of a
 family the kernel computes, under no transform, log or log-odds, with each parameter a constant or
-another free variable (broadcast or indexed, as a hierarchical prior's μ[g]), and the model has no
-potentials.
+another free variable (broadcast or indexed, as a hierarchical prior's μ[g]), and the potentials, if
+any, are a quadratic in θ (a soft constraint).
 
 The kernel's value and gradient are checked against the model's own prior graph, evaluated on
 PyTensor's Python linker without rewrites (nothing compiled), at the initial point and three points
@@ -60,6 +60,9 @@ _MOVING_OPS = (DimShuffle, Reshape, SpecifyShape, Subtensor, AdvancedSubtensor)
 #: the value and gradient must match the model's own prior graph to this (relative, and absolute
 #: on the scale of the value)
 RTOL = 1e-9
+#: potentials are read as a quadratic in θ up to this many elements of θ (its Hessian from d + 1
+#: gradients on the Python linker)
+QUADRATIC_MAX_D = 64
 
 
 def _families():
@@ -76,7 +79,8 @@ def _families():
 class ClosedFormPrior(NamedTuple):
     """The arrays :func:`~pymc_subsample.prior_kernel.closed_form_prior` reads, one row per
     element of θ: its family and transform codes, the element each parameter reads (−1: a constant),
-    the constants and their logs as the model computes them (in the constants' dtypes); and the
+    the constants and their logs as the model computes them (in the constants' dtypes); the
+    potentials' quadratic (θ₀, gradient and Hessian there; an empty Hessian for none); and the
     offset of the constant terms (module docstring).
     """
 
@@ -85,6 +89,9 @@ class ClosedFormPrior(NamedTuple):
     source: np.ndarray
     constants: np.ndarray
     log_constants: np.ndarray
+    centre: np.ndarray
+    slope: np.ndarray
+    curvature: np.ndarray
     offset: np.ndarray
 
     def __call__(self, theta):
@@ -93,14 +100,21 @@ class ClosedFormPrior(NamedTuple):
 
 
 def closed_form_prior(model, value_vars, point, theta_graph, prior_graph, prior_grad_graph,
-                      start) -> ClosedFormPrior | None:
+                      start, potential_graph=None) -> ClosedFormPrior | None:
     """The :class:`ClosedFormPrior` of ``model``'s free variables ``value_vars`` (θ = their values
-    raveled in this order, shapes as in ``point``), or None where some variable or parameter is not
-    of the forms the kernel reads, or where the kernel does not give the model's own prior
-    (``prior_graph`` and ``prior_grad_graph`` of ``theta_graph``) at ``start`` and three points around it.
+    raveled in this order, shapes as in ``point``) and its potentials (their sum ``potential_graph``
+    of ``theta_graph``), or None where some variable or parameter is not of the forms the kernel
+    reads, the potentials are not a quadratic in θ, or the kernel does not give the model's own prior
+    (``prior_graph`` and ``prior_grad_graph``) at ``start`` and three points around it.
     """
-    if model.potentials or {v.name for v in value_vars} != {v.name for v in model.value_vars}:
+    if {v.name for v in value_vars} != {v.name for v in model.value_vars}:
         return None
+    start = np.asarray(start, dtype=np.float64)
+    quadratic = (start, np.zeros_like(start), np.zeros((0, 0)))
+    if model.potentials:
+        quadratic = None if potential_graph is None else _quadratic(theta_graph, potential_graph, start)
+        if quadratic is None:
+            return None
     families = _families()
     layout, begin = {}, 0
     for value in value_vars:
@@ -132,8 +146,29 @@ def closed_form_prior(model, value_vars, point, theta_graph, prior_graph, prior_
                 source[elements, i] = indices
             else:
                 constants[elements, i], log_constants[elements, i] = values
-    prior = ClosedFormPrior(family, transform, source, constants, log_constants, np.zeros(1))
-    return _checked(prior, theta_graph, prior_graph, prior_grad_graph, np.asarray(start, dtype=np.float64))
+    prior = ClosedFormPrior(family, transform, source, constants, log_constants, *quadratic, np.zeros(1))
+    return _checked(prior, theta_graph, prior_graph, prior_grad_graph, start)
+
+
+def _quadratic(theta_graph, potential_graph, start):
+    """(θ₀ = ``start``, the potentials' gradient and Hessian there) where θ has at most
+    :data:`QUADRATIC_MAX_D` elements, else None. The Hessian's columns are the gradient's changes
+    along unit steps, exact where the potentials are a quadratic (:func:`_checked` then finds
+    whether they are, at other points).
+    """
+    d = start.size
+    if d > QUADRATIC_MAX_D:
+        return None
+    gradient = pytensor.function([theta_graph], pytensor.grad(potential_graph, theta_graph), mode=_AS_IS,
+                                 on_unused_input="ignore")
+    with np.errstate(all="ignore"):
+        slope = np.asarray(gradient(start.astype(theta_graph.dtype)), dtype=np.float64)
+        steps = start + np.eye(d)
+        curvature = np.column_stack([np.asarray(gradient(step.astype(theta_graph.dtype)), dtype=np.float64)
+                                     for step in steps]) - slope[:, None]
+    if not (np.all(np.isfinite(slope)) and np.all(np.isfinite(curvature))):
+        return None
+    return start, slope, np.ascontiguousarray(0.5 * (curvature + curvature.T))
 
 
 def _transform_code(transform):

@@ -226,7 +226,7 @@ class TallModel:
         # cache, and 0.1-0.25 s of a warm one (the linear zoo model, 10⁵ rows, 2026-12-01)
         return self._analysis.functions.kept("closed_form_prior", lambda: closed_form_prior(
             self.model, self.value_vars, self.initial_point, self.theta, self.prior_graph,
-            self.prior_grad_graph, self.initial_theta))
+            self.prior_grad_graph, self.initial_theta, self._analysis.potential_graph))
 
     def prior_function(self):
         """The compiled function θ ↦ [log p(θ), ∇log p(θ)] of :meth:`prior_value_and_grad` (θ of the
