@@ -158,7 +158,7 @@ def write_rows(rows, kept, data_rows, start):
 
 
 @numba.njit(cache=True, fastmath=True)
-def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value, grad, extras, fresh,
+def eta_nuts_iteration(work, ints, rng, prior, fixed, kept, rows, theta, value, grad, extras, fresh,
                        new_rows, old_rows, start_position, log_u_subsample, momentum, step_size, inverse_mass,
                        seed, max_treedepth):
     """One HMC-ECS iteration from θ₀ = ``theta`` on a :class:`~.resumable_nuts.NUTSMachine`'s arrays,
@@ -173,7 +173,7 @@ def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value,
     ----------
     work, ints, rng : ndarray
         The machine's arrays.
-    priors : numba.typed.List or tuple
+    prior : numba.typed.List or tuple
         The prior as :func:`log_prior` takes it.
     fixed : tuple
         The estimate's arguments the same for every subsample: the family's code, η index and
@@ -198,7 +198,6 @@ def eta_nuts_iteration(work, ints, rng, priors, fixed, kept, rows, theta, value,
         the subsample kept, the machine's status (``WRONG_SIZE`` where an array does not fit it), the
         transition as :func:`~.resumable_nuts.finish` gives it).
     """
-    prior = priors
     if fresh:
         value, grad, sigma2 = _estimate(prior, fixed, rows, theta)
         extras = np.array([sigma2])
@@ -250,7 +249,7 @@ def _standard_normals(stream, out):
 
 
 @numba.njit(cache=True, fastmath=True)
-def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exact, n, exact_before, theta,
+def eta_nuts_draws(work, ints, rng, prior, fixed, kept, rows, idx, bounds, exact, n, exact_before, theta,
                    value, grad, extras, fresh, step_size, inverse_mass, momentum_factor, seed, max_treedepth,
                    out_theta, out_grad, out_stats, out_idx):
     """K = ``out_theta.shape[0]`` HMC-ECS iterations from θ₀ = ``theta``, each as
@@ -261,7 +260,7 @@ def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exac
 
     Parameters
     ----------
-    work, ints, rng, priors, fixed, kept, rows
+    work, ints, rng, prior, fixed, kept, rows
         As for :func:`eta_nuts_iteration`; ``rows`` are those of the subsample ``idx``.
     idx : ndarray of int64
         u's rows not computed exactly, changed in place to those of the subsample kept.
@@ -309,7 +308,7 @@ def eta_nuts_draws(work, ints, rng, priors, fixed, kept, rows, idx, bounds, exac
                 total += momentum_factor[i, j] * z[j]
             momentum[i] = total
         take, log_ratio, start_value, start_grad, start_extras, status, out = eta_nuts_iteration(
-            work, ints, rng, priors, fixed, kept, rows, theta, value, grad, extras, fresh, new_rows[:size],
+            work, ints, rng, prior, fixed, kept, rows, theta, value, grad, extras, fresh, new_rows[:size],
             old_rows[:size], exact_before + lo, log_u, momentum, step_size, inverse_mass, _bits(stream),
             max_treedepth)
         if status == WRONG_SIZE:

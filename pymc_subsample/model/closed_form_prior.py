@@ -186,11 +186,11 @@ def _parameter(param, layout, shape):
     graph_ancestors = list(ancestors([param], blockers=list(layout)))  # not into the variables' own RNGs
     if any(isinstance(v, SharedVariable) for v in graph_ancestors):
         return None  # data, or a length that may change: not a constant of the analysis
+    if any(v not in layout and v.owner is not None and isinstance(v.owner.op, RandomVariable)
+           for v in graph_ancestors):
+        return None  # a random variable that is not a free variable of θ (in a value or an index)
     sources = [v for v in graph_ancestors if v in layout]
-    rvs = [v for v in graph_ancestors if v.owner is not None and isinstance(v.owner.op, RandomVariable)]
     if not sources:
-        if rvs:
-            return None
         values = _broadcast(_evaluate(param), shape)
         # the log as the model's graph takes it: in the constant's dtype (an int8 σ's in float32)
         with np.errstate(all="ignore"):

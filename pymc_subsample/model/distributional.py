@@ -302,17 +302,17 @@ class DistributionalRegression:
         microseconds where NumPy's is a fraction of a millisecond.
         """
         n = np.shape(batch[0])[0] if batch and np.ndim(batch[0]) else 0
+        theta = np.asarray(theta, dtype=self.tall.theta.dtype)
         whole_arrays = setup or n >= NUMPY_TERMS_MIN_ROWS
         form = self.closed_form
         if whole_arrays and form is not None and form.has_row_terms:  # nothing rewritten or compiled
-            theta = np.asarray(theta, dtype=self.tall.theta.dtype)
             etas = [np.asarray(e[0], dtype=np.float64)
                     for e in self.eta_components_at_thetas(theta[None], batch)]
             return RowTerms(etas, *form.row_terms(batch, etas, self.pairs))
         function = self._terms_function("numpy") if whole_arrays else None
         if function is None:
             function = self._terms_function("compiled")
-        values = function(np.asarray(theta, dtype=self.tall.theta.dtype), *batch)
+        values = function(theta, *batch)
         return RowTerms.from_flat(values, self.n_eta, self.pairs)
 
     def _terms_function(self, kind):

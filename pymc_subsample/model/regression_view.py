@@ -177,12 +177,18 @@ def view_matching_rows(view, center, n_checks=3, rtol=1e-9) -> DistributionalReg
     rng = np.random.default_rng(0)
     batch = tall.gather(rng.choice(tall.n_rows, size=min(16, tall.n_rows), replace=False))
 
+    form = view.closed_form
+    written = form is not None and form.has_row_terms
+
     def sums(theta):
-        # the view's f as its graph computes it (the pilot's values, the compiled estimates) and as the
-        # set-up's passes read it (written out for the closed form's families: ClosedFormRows.row_terms)
-        _, graph_f = view.values_at_thetas(np.asarray(theta, dtype=tall.theta.dtype)[None], batch)
-        terms = view.row_terms(theta, batch, setup=True)
-        return tall.model_loglik_sum(theta, batch), np.array([np.sum(graph_f), np.sum(terms.value)])
+        # the view's f as the set-up's passes read it (row_terms) and, where those are written out for
+        # the closed form's families (ClosedFormRows.row_terms), as its graph computes it too (the
+        # pilot's values, the compiled estimates); elsewhere row_terms' f is the graph's
+        f_sums = [np.sum(view.row_terms(theta, batch, setup=True).value)]
+        if written:
+            point = np.asarray(theta, dtype=tall.theta.dtype)[None]
+            f_sums.append(np.sum(view.values_at_thetas(point, batch)[1]))
+        return tall.model_loglik_sum(theta, batch), np.array(f_sums)
 
     try:
         model_center, f_center = sums(center)
