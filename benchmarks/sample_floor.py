@@ -13,6 +13,14 @@ run's budget ESS / (R · reference ESS/s); where the floor alone exceeds that bu
 inside ``pm.sample`` meets R at these run lengths. ``--reference`` takes nutpie's ESS/s per model
 from a run of ``breakeven.py`` (model=ESS/s pairs) and prints each model's budget for R = ``--ratio``.
 
+HMCECS's own time per kept draw is read from its ``perf_counter_diff`` stat (after warm-up, its
+iterations run in Numba, up to 64 a call, each draw's share of its call's time plus its stats):
+- "step per draw": that time, in µs, and per row and leapfrog step in ns (its ``n_grad_evals``
+  stat: m plus the rows computed exactly, times the leapfrog steps);
+- "floor + iterations": the floor plus all warm-up and kept draws at that rate, a lower bound of the
+  whole run with this kernel whatever its set-up costs (none) and its warm-up (as cheap as a kept
+  draw). Where it exceeds the budget, only a kernel faster per row can meet R.
+
 Usage: python benchmarks/sample_floor.py [--models linear ...] [--rows 1000000] [--draws 500]
        [--reference linear=12.7 ...] [--ratio 100]
 """
@@ -58,6 +66,14 @@ def timed_sample(model, draws, make_step):
     return time.perf_counter() - start, idata
 
 
+def step_time(idata):
+    """(HMCECS's mean seconds per kept draw, the same per row and leapfrog step) from its stats."""
+    stats = idata.sample_stats
+    seconds = stats["perf_counter_diff"].values
+    # n_grad_evals: the rows of an estimate (m and the exact rows) times the leapfrog steps
+    return float(seconds.mean()), float(seconds.sum() / stats["n_grad_evals"].values.sum())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     cheap = ["linear", "hierarchical_centred", "set_data_predictive", "deterministic_potential"]
@@ -71,8 +87,9 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, PyMC {pm.__version__}, "
           f"{platform.machine()}, 1 chain of {args.draws} + {args.draws}, warm cache")
     print(f"| model | N | floor: pm.sample, a step that does nothing (s) | HMCECS set-up + pm.sample (s) | "
-          f"HMCECS min ESS | budget at {args.ratio:g}× the reference (s) |")
-    print("|---|---|---|---|---|---|")
+          f"HMCECS min ESS | HMCECS step per draw (a row and leapfrog step) | floor + iterations (s) | "
+          f"budget at {args.ratio:g}× the reference (s) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
         for n in args.rows:
             model = build(name, n)
@@ -85,7 +102,10 @@ def main():
                 seconds, idata = timed_sample(model, args.draws, pms.HMCECS)
             ess = min_ess(idata)
             budget = ess / (args.ratio * reference[name]) if name in reference else np.nan
-            print(f"| {name} | {n:,} | {floor:.2f} | {seconds:.2f} | {ess:.0f} | {budget:.2f} |", flush=True)
+            per_draw, per_row = step_time(idata)
+            iterations = floor + 2 * args.draws * per_draw
+            print(f"| {name} | {n:,} | {floor:.2f} | {seconds:.2f} | {ess:.0f} | {per_draw * 1e6:.0f} µs, "
+                  f"{per_row * 1e9:.1f} ns | {iterations:.2f} | {budget:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

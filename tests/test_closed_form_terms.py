@@ -32,3 +32,64 @@ def test_families_without_written_second_derivatives_keep_the_graph():
     for name in ("student_t", "negative_binomial"):
         view = TallModel(build(name, 3000)).regression_view
         assert view.closed_form is not None and not view.closed_form.has_row_terms
+
+
+def test_kernel_codes_are_the_model_layers():
+    from pymc_subsample import row_terms_kernel
+    from pymc_subsample.model import closed_form
+
+    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL"):
+        assert getattr(row_terms_kernel, f"_{name}") == getattr(closed_form, name)
+    assert row_terms_kernel._MAX_PARAMS == closed_form.MAX_PARAMS
+
+
+def test_bernoulli_and_poisson_terms_far_out_in_eta():
+    """softplus, σ(η) and e^η where a naive formula overflows or cancels, against SciPy's."""
+    from scipy import special
+
+    from pymc_subsample.model.closed_form import BERNOULLI_LOGIT, POISSON_LOG
+    from pymc_subsample.row_terms_kernel import closed_form_row_terms
+
+    eta = np.array([-700.0, -40.0, -1.0, 0.0, 3.0, 40.0, 700.0])
+    y = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    constants = np.tile(np.r_[np.ones(3), np.zeros(3)], (1, 1))
+    pair_row = np.zeros((1, 1), dtype=np.int64)
+    index = np.array([[0, -1, -1]])
+    value, first, second = closed_form_row_terms(np.array([BERNOULLI_LOGIT]), index, constants, y[None],
+                                                 eta[None], pair_row)
+    rate = special.expit(eta)
+    np.testing.assert_allclose(value, y * eta - np.logaddexp(0.0, eta), rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(first[0], y - rate, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(second[0], -rate * (1.0 - rate), rtol=1e-13, atol=1e-300)
+    counts = np.array([0.0, 3.0, 1.0, 0.0, 25.0, 2.0, 0.0])
+    small = eta.clip(-40.0, 40.0)
+    value, first, second = closed_form_row_terms(np.array([POISSON_LOG]), index, constants, counts[None],
+                                                 small[None], pair_row)
+    want = counts * small - np.exp(small) - special.gammaln(counts + 1.0)
+    np.testing.assert_allclose(value, want, rtol=1e-14)
+    np.testing.assert_allclose(first[0], counts - np.exp(small), rtol=1e-14)
+    np.testing.assert_allclose(second[0], -np.exp(small), rtol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["logistic", "hierarchical_centred"])
+def test_kept_terms_from_the_kept_affine_rows_are_the_rows_terms(name):
+    """The terms at θ* kept for all N rows, with η* = η(0) + Jθ* from the fused iterations' kept rows,
+    against the rows' terms through η's points function."""
+    import pymc as pm
+
+    import pymc_subsample as pms
+
+    model = build(name, 3000)
+    with model:
+        step = pms.HMCECS(rng=0, progressbar=False)
+        pm.sample(step=step, tune=5, draws=5, chains=1, progressbar=False, compute_convergence_checks=False,
+                  random_seed=1)
+    target = step.target
+    write = target._terms_from_kept_affine()
+    assert write is not None and target.terms_kept()
+    rows = slice(100, 2100)
+    out = np.empty((target._kept_terms.shape[0], 2000))
+    write(target.tall.row_slice(100, 2100), rows, out)
+    want = np.array(target.glm.row_terms(target.center, target.tall.row_slice(100, 2100)).flat())
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(target._kept_terms[:, rows], want, rtol=1e-12, atol=1e-12)

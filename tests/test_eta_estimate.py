@@ -331,7 +331,10 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     (log1p: ln 2 + 2 atanh(s) cancels just above √2 − 1)."""
     import numba
 
-    from pymc_subsample.estimators.eta_kernels import _exp, _expm1, _log1p, _log1p_unit
+    from pymc_subsample.elementary import exp as _exp
+    from pymc_subsample.elementary import expm1 as _expm1
+    from pymc_subsample.elementary import log1p as _log1p
+    from pymc_subsample.elementary import log1p_unit as _log1p_unit
 
     @numba.njit(fastmath=True)
     def each(function, x):

@@ -138,7 +138,7 @@ LAYERS = ("model", "subsample", "control_variates", "estimators", "kernels", "di
 #: which the model's set-up and the kernels both call), which any layer may use and which import
 #: nothing of ours, and
 #: ``datasets`` (example data, which no layer imports)
-BESIDE = ("pymc_protocol", "families", "prior_kernel", "datasets")
+BESIDE = ("pymc_protocol", "families", "prior_kernel", "row_terms_kernel", "elementary", "datasets")
 
 
 def _layer(name: str) -> str | None:

@@ -1,20 +1,22 @@
 """The Numba kernels of the η estimate (:mod:`~pymc_subsample.estimators.eta_estimate`): η from the
 rows' kept η(0) and sparse J, the perturbed sums and their gradient, and the closed forms of f.
 
-They import nothing but NumPy, Numba and ψ from :mod:`pymc_subsample.prior_kernel`, so that the
-kernels that run a whole HMC-ECS iteration (:mod:`pymc_subsample.kernels.eta_nuts`) can call them
-without reaching PyMC or PyTensor.
+They import nothing but NumPy, Numba, ψ from :mod:`pymc_subsample.prior_kernel` and the vectorised
+elementary functions of :mod:`pymc_subsample.elementary`, so that the kernels that run a whole
+HMC-ECS iteration (:mod:`pymc_subsample.kernels.eta_nuts`) can call them without reaching PyMC or
+PyTensor.
 
-:func:`closed_form_sums` computes η, f, ∂f (:func:`row_differences`), the sums and the proxy's Σq
-in one call for rows of families whose f the package writes here (observed variables on every row,
-f = Σ_t f_t, with y a column of the data, their other parameters η or constants:
-:mod:`~pymc_subsample.model.closed_form`).
-With its row loops vectorised (the elementary functions below, J a column a row, the terms at θ* in
-C order) it costs 8.1 µs (d = 4) and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30);
-called from Python at d = 4, 14-15 µs against 23-30 µs with libm's functions and the terms in F
-order. The kernels of both routes are in this one module: Numba's cache of a function is checked
-against its own file only, so a kernel calling one of another module would keep running that one's
-earlier code after an edit. The closed forms (those of :data:`~pymc_subsample.families.FAMILIES`,
+:func:`closed_form_sums` computes η, f, ∂f (:func:`row_differences`), the sums and the proxy's Σq in one
+call for rows of families whose f the package writes here (observed variables on every row, f = Σ_t f_t,
+with y a column of the data, their other parameters η or constants:
+:mod:`~pymc_subsample.model.closed_form`). With its row loops vectorised (the elementary functions of
+:mod:`pymc_subsample.elementary`, J a column a row, the terms at θ* in C order) it costs 8.1 µs (d = 4)
+and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30); called from Python at d = 4, 14-15 µs
+against 23-30 µs with libm's functions and the terms in F order. The kernels of both routes are in this
+one module: Numba's cache of a function is checked against its own file only, so a kernel calling one of
+another module keeps running that one's earlier code after an edit (an edit of
+:mod:`pymc_subsample.elementary` or :mod:`pymc_subsample.prior_kernel` needs this module's cache emptied
+when developing). The closed forms (those of :data:`~pymc_subsample.families.FAMILIES`,
 ``tests/test_eta_estimate.py`` checks them against the model's own rows), by their code:
 
 ========================  ========================================================================
@@ -42,6 +44,11 @@ import math
 import numba
 import numpy as np
 
+from pymc_subsample.elementary import exp as _exp
+from pymc_subsample.elementary import exp_minus_abs as _exp_minus_abs
+from pymc_subsample.elementary import expm1 as _expm1
+from pymc_subsample.elementary import log1p as _log1p
+from pymc_subsample.elementary import log1p_unit as _log1p_unit
 from pymc_subsample.prior_kernel import digamma as _digamma
 
 __all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
@@ -270,96 +277,6 @@ def write_affine_rows(offset, jacobian, coef, owner, kept_offset, kept_jacobian,
 
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_LOG2E = 1.4426950408889634
-# ln 2 in two parts (Cody & Waite): n·LN2_HI is exact for |n| < 2¹¹, so a − n ln 2 keeps a's precision
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_LN2 = math.log(2.0)
-_SQRT2 = math.sqrt(2.0)
-_EXP_MAX = 709.782712893384  # log of the largest double
-#: 1/k!, k = 14 … 1: e^r − 1 = r·(Horner's polynomial of these at r)
-_EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(14, 0, -1))
-#: 1/(2k + 1), k = 9 … 0: atanh(s) = s·(Horner's polynomial of these at s²)
-_ATANH_ODD = tuple(1.0 / (2 * k + 1) for k in range(9, -1, -1))
-# The row loops call the elementary functions below, not math's: math.exp and math.log are calls
-# into libm, one row at a time, which LLVM cannot vectorise; these are arithmetic on the double's
-# bits that it runs on 4-8 rows at once (error_model="numpy": Python's division check, a branch
-# that raises, also stops it). Measured at m = 1000 (Numba 0.68, AVX-512): Bernoulli's softplus
-# 9.2 → 2.3 µs, exp 6 → 1.2 µs. Numba compiles a callee with its first caller's flags, so inside the
-# fastmath kernels e^a's reduction a − n ln 2 may be reassociated: within 4.5e-16 + 4e-17·|a| (e^a)
-# and 1e-15 (log1p) relative of NumPy's (tests/test_eta_estimate.py).
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _horner(coefficients, x):
-    """Σ_i c_i x^(n−1−i) of the n ``coefficients`` c_0 … c_(n−1), highest power first."""
-    p = 0.0
-    for c in coefficients:
-        p = p * x + c
-    return p
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _exp_parts(a):
-    """(2ⁿ⁻¹, e^r − 1) with a = n ln 2 + r, |r| ≤ ln 2 / 2, a clamped to [−708, 709.78]: e^r − 1 by its
-    Taylor polynomial to r¹⁴/14! (truncation below 1.2e-17 relative). Half of 2ⁿ, which overflows at
-    n = 1024 (a > 709.44).
-    """
-    a = min(max(a, -708.0), _EXP_MAX)
-    n = math.floor(a * _LOG2E + 0.5)
-    r = (a - n * _LN2_HI) - n * _LN2_LO
-    p = _horner(_EXP_TAYLOR, r)
-    half = np.int64((np.int64(n) + 1022) << 52).view(np.float64)  # 2ⁿ⁻¹ from its exponent bits
-    return half, p * r
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _exp(a):
-    """e^a (+∞ above 709.78; e^{−708} ≈ 3e-308 below −708)."""
-    half, grown = _exp_parts(a)
-    return 2.0 * (half * grown + half) if a <= _EXP_MAX else np.inf
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _expm1(a):
-    """e^a − 1 without cancellation where |a| is small: 2ⁿ(e^r − 1) + (2ⁿ − 1), the second 0 at n = 0."""
-    if a > 709.0:
-        return _exp(a) - 1.0
-    half, grown = _exp_parts(a)
-    return 2.0 * half * grown + (2.0 * half - 1.0)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _log1p(v):
-    """log(1 + v) for v ≥ 0: 2 atanh(s) = 2(s + s³/3 + … + s¹⁹/19), |s| ≤ 3 − 2√2, with s = v/(2 + v)
-    for v < √2 − 1 (no rounding of 1 + v), else s = (w − 1)/(w + 1) for 1 + v = 2ᵏw, w ∈ [√½, √2),
-    plus k ln 2 (truncation below 2.5e-17 relative).
-    """
-    z = 1.0 + v
-    bits = np.float64(z).view(np.int64)
-    k = (bits >> 52) - 1023
-    w = np.int64(bits - (k << 52)).view(np.float64)  # z / 2ᵏ ∈ [1, 2)
-    up = w > _SQRT2
-    w = 0.5 * w if up else w
-    k = k + 1 if up else k
-    small = v < _SQRT2 - 1.0
-    s = v / (2.0 + v) if small else (w - 1.0) / (w + 1.0)
-    shift = 0.0 if small else k * _LN2
-    p = _horner(_ATANH_ODD, s * s)
-    return 2.0 * s * p + shift
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _log1p_unit(v):
-    """log(1 + v) for 0 ≤ v ≤ 1, as :func:`_log1p` without the exponent's bits: 1 + v ∈ [1, 2] is
-    2ᵏ·w with k = 0 (s = v/(2 + v)) below √2 − 1 and k = 1 above (s = (v − 1)/(v + 3)), so that the
-    loop calling it stays arithmetic LLVM vectorises.
-    """
-    small = v < _SQRT2 - 1.0
-    s = v / (2.0 + v) if small else (v - 1.0) / (v + 3.0)
-    return 2.0 * s * _horner(_ATANH_ODD, s * s) + (0.0 if small else _LN2)
-
-
 @numba.njit(cache=True, error_model="numpy")
 def row_differences(code, eta_index, constants, constant_eta, y, eta, centre):
     """(f(y_k, η_k) − f_k* (m,), ∂f/∂η_j (p, m)) at ``eta`` (p, m) of the rows' terms, f = Σ_t f_t, each
@@ -422,17 +339,6 @@ def _bernoulli_logit(j, y, eta, d, slope):
         x, v = eta[j, k], e[k]
         d[k] += y[k] * x - (max(x, 0.0) + _log1p_unit(v))
         slope[j, k] += y[k] - (1.0 if x >= 0.0 else v) / (1.0 + v)
-
-
-@numba.njit(cache=True, error_model="numpy")
-def _exp_minus_abs(x):
-    """e^{−|x|} elementwise, for softplus(x) = max(x, 0) + log(1 + e^{−|x|}) and σ(x)."""
-    # in a loop of its own: with both polynomials in the loop of the softplus, LLVM vectorised it
-    # poorly (Bernoulli's rows, measured at m = 1000: 7.4 → 4.5 µs)
-    e = np.empty(x.shape[0])
-    for k in range(x.shape[0]):
-        e[k] = _exp(-abs(x[k]))
-    return e
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -14,7 +14,8 @@ from pytensor.scalar import Cast
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
-from scipy import special
+
+from pymc_subsample.row_terms_kernel import closed_form_row_terms
 
 __all__ = ["BERNOULLI_LOGIT", "MAX_PARAMS", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA",
            "POISSON_LOG", "ROW_TERMS_CODES", "STUDENT_T", "ClosedFormRows", "closed_form_rows"]
@@ -35,7 +36,6 @@ MAX_PARAMS = 3
 #: (:meth:`ClosedFormRows.row_terms`); StudentT's and the negative binomial's second derivatives need
 #: trigamma in ν or n, and come from the model's graph
 ROW_TERMS_CODES = (BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL)
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
 class ClosedFormRows(NamedTuple):
@@ -64,56 +64,29 @@ class ClosedFormRows(NamedTuple):
 
     def row_terms(self, batch, etas, pairs):
         """(f (m,), [∂f/∂η_j (m,)], {(j, l): ∂²f/∂η_j∂η_l (m,)} for ``pairs``) of ``batch``'s rows at
-        ``etas`` (one (m,) array per η), f = Σ_t f_t, in NumPy over whole arrays, for the families of
-        :data:`ROW_TERMS_CODES` (with r = (y − μ)/σ):
-
-        ========================  ===========================================================
-        Bernoulli(logit)          f = yη − softplus(η),  ∂f = y − σ(η),  ∂²f = −σ(η)(1 − σ(η))
-        Poisson(log)              f = yη − e^η − log y!,  ∂f = y − e^η,  ∂²f = −e^η
-        Normal(identity, σ)       f = −½r² − log σ − ½ log 2π,  ∂f = r/σ,  ∂²f = −1/σ²
-        Normal(identity, log)     σ = e^{η₂}: ∂f/∂μ = r/σ, ∂f/∂η₂ = r² − 1, ∂²f/∂μ² = −1/σ²,
-                                  ∂²f/∂μ∂η₂ = −2r/σ, ∂²f/∂η₂² = −2r²
-        ========================  ===========================================================
+        ``etas`` (one (m,) array per η), f = Σ_t f_t, for the families of :data:`ROW_TERMS_CODES`, in
+        one Numba loop over the rows (:func:`~pymc_subsample.row_terms_kernel.closed_form_row_terms`,
+        whose docstring has the formulas).
 
         What the set-up's passes and the proxy's terms at θ* read, in place of the model's graph of f
         and its derivatives evaluated in NumPy, whose rewriting cost 0.2-0.4 s of a set-up (the linear
         zoo model, 2026-12-01). log σ of a constant σ is the model's, in σ's dtype.
         """
-        y = self.y(batch)
-        m = y.shape[1]
-        value = np.zeros(m)
-        first = [np.zeros(m) for _ in etas]
-        second = {pair: np.zeros(m) for pair in pairs}
-        for code, index, constants, y_t in zip(self.code, self.eta_index, self.constants, y, strict=True):
-            j = int(index[0])
-            if code in (BERNOULLI_LOGIT, POISSON_LOG):
-                x = etas[j]
-                if code == BERNOULLI_LOGIT:
-                    rate = special.expit(x)
-                    value += y_t * x - np.logaddexp(0.0, x)
-                    curvature = rate * (1.0 - rate)
-                else:
-                    rate = curvature = np.exp(x)
-                    value += y_t * x - rate - special.gammaln(y_t + 1.0)
-                first[j] += y_t - rate
-                second[(j, j)] -= curvature
-            elif code == NORMAL_KNOWN_SIGMA:
-                sigma, log_sigma = constants[1], constants[MAX_PARAMS + 1]
-                r = (y_t - etas[j]) / sigma
-                value += -0.5 * r * r - log_sigma - _HALF_LOG_2PI
-                first[j] += r / sigma
-                second[(j, j)] -= 1.0 / sigma**2
-            else:  # NORMAL: μ = η_a, log σ = η_b
-                b = int(index[1])
-                w = np.exp(-etas[b])
-                r = (y_t - etas[j]) * w
-                value += -0.5 * r * r - etas[b] - _HALF_LOG_2PI
-                first[j] += r * w
-                first[b] += r * r - 1.0
-                second[(j, j)] -= w * w
-                second[(min(j, b), max(j, b))] -= 2.0 * r * w
-                second[(b, b)] -= 2.0 * r * r
-        return value, first, second
+        etas = np.stack([np.asarray(e, dtype=np.float64) for e in etas])
+        value, first, second = self.row_term_arrays(batch, etas, pairs)
+        return value, list(first), {pair: second[i] for i, pair in enumerate(pairs)}
+
+    def row_term_arrays(self, batch, etas, pairs):
+        """:meth:`row_terms` at ``etas`` (p, m) as arrays: f (m,), ∂f (p, m) and ∂²f (n_pairs, m) in
+        the order of ``pairs``.
+        """
+        p = etas.shape[0]
+        pair_row = np.full((p, p), -1, dtype=np.int64)
+        for i, (j, k) in enumerate(pairs):
+            pair_row[j, k] = i
+        return closed_form_row_terms(self.code, self.eta_index, self.constants,
+                                     np.ascontiguousarray(self.y(batch)),
+                                     np.ascontiguousarray(etas, dtype=np.float64), pair_row)
 
 
 def closed_form_rows(view) -> ClosedFormRows | None:
