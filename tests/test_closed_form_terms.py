@@ -70,26 +70,3 @@ def test_bernoulli_and_poisson_terms_far_out_in_eta():
     np.testing.assert_allclose(first[0], counts - np.exp(small), rtol=1e-14)
     np.testing.assert_allclose(second[0], -np.exp(small), rtol=1e-14)
 
-
-@pytest.mark.parametrize("name", ["logistic", "hierarchical_centred"])
-def test_kept_terms_from_the_kept_affine_rows_are_the_rows_terms(name):
-    """The terms at θ* kept for all N rows, with η* = η(0) + Jθ* from the fused iterations' kept rows,
-    against the rows' terms through η's points function."""
-    import pymc as pm
-
-    import pymc_subsample as pms
-
-    model = build(name, 3000)
-    with model:
-        step = pms.HMCECS(rng=0, progressbar=False)
-        pm.sample(step=step, tune=5, draws=5, chains=1, progressbar=False, compute_convergence_checks=False,
-                  random_seed=1)
-    target = step.target
-    write = target._terms_from_kept_affine()
-    assert write is not None and target.terms_kept()
-    rows = slice(100, 2100)
-    out = np.empty((target._kept_terms.shape[0], 2000))
-    write(target.tall.row_slice(100, 2100), rows, out)
-    want = np.array(target.glm.row_terms(target.center, target.tall.row_slice(100, 2100)).flat())
-    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(target._kept_terms[:, rows], want, rtol=1e-12, atol=1e-12)

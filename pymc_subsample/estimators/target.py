@@ -38,7 +38,7 @@ from pymc_subsample.control_variates.taylor import (
     truncate,
 )
 from pymc_subsample.estimators.eta_estimate import EtaPerturbedFunction
-from pymc_subsample.estimators.eta_kernels import affine_eta, closed_form_differences
+from pymc_subsample.estimators.eta_kernels import closed_form_differences
 from pymc_subsample.estimators.glm_differences import glm_differences_graph
 from pymc_subsample.estimators.loglik import block_poisson_log_abs, difference_parts
 from pymc_subsample.model.analysis import directional_derivative
@@ -277,41 +277,11 @@ class SubsampledTarget:
             return None
         kept = np.empty((n_terms, self.n_rows))
         chunk = max(self._chunk_size, NUMPY_TERMS_MIN_ROWS)
-        from_affine = self._terms_from_kept_affine()
         for start in range(0, self.n_rows, chunk):
             stop = min(start + chunk, self.n_rows)
-            batch = self.tall.row_slice(start, stop)
-            if from_affine is not None:
-                from_affine(batch, slice(start, stop), kept[:, start:stop])
-            else:
-                kept[:, start:stop] = self.glm.row_terms(self.center, batch).flat()
+            kept[:, start:stop] = self.glm.row_terms(self.center, self.tall.row_slice(start, stop)).flat()
         self.tall.full_passes += 1
         return kept
-
-    def _terms_from_kept_affine(self):
-        """Where the rows are affine in θ, their η(0) and J kept already (:meth:`_kept_affine`: the
-        fused iterations keep both), and their terms written out for the closed form's families: a
-        function (batch, its rows as a slice, out) that writes the terms at θ* of those rows into
-        ``out`` (n_terms, m), η* = η(0) + J θ* from the kept rows (the arithmetic of the kernels that
-        read them) and f, ∂f, ∂²f by
-        :meth:`~pymc_subsample.model.closed_form.ClosedFormRows.row_term_arrays`; else None.
-        """
-        # measured at 10⁶ rows (centred zoo model, 2026-12-01): the pass through η's points function
-        # and NumPy's terms took ~0.1-0.2 s of the first draw
-        glm, form = self.glm, self.glm.closed_form
-        if glm.phi is not None or form is None or not form.has_row_terms:
-            return None
-        affine = self.tall.kept_affine(read=False)  # a sampler that reads them has them already
-        if affine is None:
-            return None
-        center, p = np.asarray(self.center, dtype=np.float64), glm.n_eta
-
-        def write(batch, rows, out):
-            eta = affine_eta(*affine.rows(rows), center)
-            value, first, second = form.row_term_arrays(batch, eta, glm.pairs)
-            out[:p], out[p], out[p + 1:2 * p + 1], out[2 * p + 1:] = eta, value, first, second
-
-        return write
 
     @functools.cached_property
     def _eta_perturbed(self):

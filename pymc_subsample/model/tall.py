@@ -344,16 +344,13 @@ class TallModel:
         """Rows ``start:stop`` of every leaf, as views (no copy), for chunked passes."""
         return RowBatch((leaf.data[start:stop] for leaf in self.leaves), row_range=slice(start, stop))
 
-    def kept_affine(self, phi=False, *, read=True):
+    def kept_affine(self, phi=False):
         """η's offsets and sparse Jacobians of all N rows, in θ or in φ
         (:class:`~pymc_subsample.model.affine_rows.AffineRows`), read in one pass on first use and
         kept with this TallModel (not with the model graph's analysis: they are the data's); None
         where the model has no regression view, its rows are streamed, or they are too many
-        (:func:`~pymc_subsample.model.affine_rows.kept_affine_rows`). With ``read`` False, those kept
-        already or None: no pass, for readers that use them only where a sampler keeps them anyway.
+        (:func:`~pymc_subsample.model.affine_rows.kept_affine_rows`).
         """
-        if not read:
-            return self._kept_affine.get(phi)
         if phi not in self._kept_affine:
             view = self.regression_view if self.uses_eta_sums() else None
             kept = None
