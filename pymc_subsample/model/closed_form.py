@@ -33,9 +33,8 @@ _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POI
 #: the most parameters of a family of the kernel (StudentT's ν, μ, σ)
 MAX_PARAMS = 3
 #: the families whose rows' terms at θ (f and its first and second derivatives in η) are written out
-#: (:meth:`ClosedFormRows.row_terms`); StudentT's and the negative binomial's second derivatives need
-#: trigamma in ν or n, and come from the model's graph
-ROW_TERMS_CODES = (BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL)
+#: (:meth:`ClosedFormRows.row_terms`); the negative binomial's come from the model's graph
+ROW_TERMS_CODES = (BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T)
 
 
 class ClosedFormRows(NamedTuple):
