@@ -290,25 +290,3 @@ def test_coordinates_no_eta_reads_have_no_point_and_zero_sums():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-9)
     hyper = [i for i, name in names.items() if name in ("mu_a", "tau_a_log__")]
     assert not kept[1][hyper].any() and not kept[2][hyper].any()
-
-
-@pytest.mark.parametrize("name", ["hierarchical_centred", "poisson_offset", "linear"])
-def test_eta_from_the_layout_points_is_eta(name):
-    """η at θ from η at the layout's points (the set-up's sums read it so) against η's own graph."""
-    from zoo import build
-
-    from pymc_subsample.model.one_hot import eta_from_points
-    from pymc_subsample.model.tall import TallModel
-
-    tall = TallModel(build(name, 2000))
-    view = tall.regression_view
-    layout = view.layout()
-    batch = tall.gather(np.arange(1500))
-    points = view.eta_components_at_thetas(layout.points, batch)
-    rng = np.random.default_rng(3)
-    for _ in range(3):
-        theta = tall.initial_theta + rng.normal(scale=2.0, size=tall.ndim)
-        got = eta_from_points(layout, layout.owners(batch), points, theta)
-        want = [e[0] for e in view.eta_components_at_thetas(theta[None], batch)]
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, np.broadcast_to(w, g.shape), rtol=1e-12, atol=1e-12)

@@ -49,7 +49,6 @@ from pymc_subsample.model.compile import SLOW_REWRITES, compile_function, compil
 from pymc_subsample.model.one_hot import (
     PointLayout,
     coordinates_read,
-    eta_from_points,
     find_one_hot_blocks,
     jacobian_products,
     kept_jacobian_products,
@@ -366,22 +365,13 @@ class DistributionalRegression:
         if self.phi is not None:
             total, a = self.phi_gradient_sums(theta, batch)
             return total, self.phi.vjp(theta, a)
+        terms = self.row_terms(theta, batch)
+        total = float(np.sum(terms.value))
         layout = self.layout()
         if not hessian and len(layout.points) - 1 > JACOBIAN_GRADIENT_MAX_D:
-            terms = self.row_terms(theta, batch)
-            return float(np.sum(terms.value)), self.eta_vjp(terms.first, batch, theta)
+            return total, self.eta_vjp(terms.first, batch, theta)
         points = self.eta_components_at_thetas(layout.points, batch)
-        owners = layout.owners(batch)
-        form = self.closed_form
-        if form is not None and form.has_row_terms:
-            # η at θ from η at the layout's points (η is affine), not a call of the points function of
-            # its own: one read of the chunk, not two
-            etas = eta_from_points(layout, owners, points, np.asarray(theta, dtype=np.float64))
-            terms = RowTerms(etas, *form.row_terms(batch, etas, self.pairs))
-        else:
-            terms = self.row_terms(theta, batch)
-        grad, hess = jacobian_products(layout, owners, points, terms, hessian)
-        total = float(np.sum(terms.value))
+        grad, hess = jacobian_products(layout, layout.owners(batch), points, terms, hessian)
         return (total, grad, hess) if hessian else (total, grad)
 
     def phi_sums(self, theta, batch, hessian=True, affine=None):

@@ -307,25 +307,6 @@ def jacobian_products(layout, owners, points, terms, hessian):
     return grad, _hessian(layout, owners, jacobians, terms)
 
 
-def eta_from_points(layout, owners, points, x) -> list:
-    """η_j at the coordinates ``x`` of every row of a batch (one (m,) array per η), from η at
-    ``layout.points`` (one (k, m) array per η), η being affine: η(0) + Σ_c (η(e_c) − η(0)) x_c over
-    the dense coordinates, plus each block's coefficient η(1_b) − η(0) times x at the row's entry
-    (``owners``: :meth:`PointLayout.owners` of the batch).
-    """
-    nd = layout.dense.size
-    dense = x[layout.dense]
-    out = []
-    for values in points:
-        values = np.asarray(values, dtype=np.float64)
-        # the differences, not η(0)(1 − Σx) + Σ x_c η(e_c), which cancels where η(0) is large
-        eta = values[0] + dense @ (values[1:1 + nd] - values[0])
-        for i, (block, owner) in enumerate(zip(layout.blocks, owners, strict=True)):
-            eta += (values[1 + nd + i] - values[0]) * x[block.coords][owner]
-        out.append(eta)
-    return out
-
-
 def kept_jacobian_products(layout, affine, terms, hessian):
     """:func:`jacobian_products` with J read from kept rows (``affine``:
     :class:`~pymc_subsample.model.affine_rows.AffineRows` of the batch's rows, in ``layout``'s
