@@ -28,13 +28,13 @@ _EXP_MAX = 709.782712893384  # log of the largest double
 _EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(14, 0, -1))
 #: 1/(2k + 1), k = 9 … 0: atanh(s) = s·(Horner's polynomial of these at s²)
 _ATANH_ODD = tuple(1.0 / (2 * k + 1) for k in range(9, -1, -1))
-# Why not math's: math.exp and math.log are calls
-# into libm, one row at a time, which LLVM cannot vectorise; these are arithmetic on the double's
-# bits that it runs on 4-8 rows at once (error_model="numpy": Python's division check, a branch
-# that raises, also stops it). Measured at m = 1000 (Numba 0.68, AVX-512): Bernoulli's softplus
-# 9.2 → 2.3 µs, exp 6 → 1.2 µs. Numba compiles a callee with its first caller's flags, so inside the
-# fastmath kernels e^a's reduction a − n ln 2 may be reassociated: within 4.5e-16 + 4e-17·|a| (e^a)
-# and 1e-15 (log1p) relative of NumPy's (tests/test_eta_estimate.py).
+# Why not math's: math.exp and math.log are calls into libm, one row at a time, which LLVM cannot
+# vectorise; these are arithmetic on the double's bits that it runs on 4-8 rows at once
+# (error_model="numpy": Python's division check, a branch that raises, also stops it). Measured at m =
+# 1000 (Numba 0.68, AVX-512): Bernoulli's softplus 9.2 → 2.3 µs, exp 6 → 1.2 µs. Numba compiles a callee
+# with its first caller's flags, so inside the fastmath kernels e^a's reduction a − n ln 2 may be
+# reassociated: within 4.5e-16 + 4e-17·|a| (e^a) and 1e-15 (log1p) relative of NumPy's
+# (tests/test_eta_estimate.py).
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -105,8 +105,6 @@ def log1p_unit(v):
     small = v < _SQRT2 - 1.0
     s = v / (2.0 + v) if small else (v - 1.0) / (v + 3.0)
     return 2.0 * s * horner(_ATANH_ODD, s * s) + (0.0 if small else _LN2)
-
-
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -32,8 +32,7 @@ log)                      log Γ(ν/2) − ½ log νπ,  q = z²/ν,  z = (y −
                           ν²A″ = ν²/4 (ψ′((ν+1)/2) − ψ′(ν/2)) + ½
 ========================  ===========================================================
 
-The codes are those of :mod:`~pymc_subsample.model.closed_form`; log σ of a constant σ is read from
-the constants as the model computes it (in σ's dtype).
+log σ of a constant σ is read from the constants as the model computes it (in σ's dtype).
 """
 
 from __future__ import annotations
@@ -46,12 +45,16 @@ import numpy as np
 from pymc_subsample.elementary import exp, exp_minus_abs, log1p_unit
 from pymc_subsample.prior_kernel import digamma
 
-__all__ = ["TRIGAMMA_ASYMPTOTIC", "closed_form_row_terms", "trigamma_scalar"]
+__all__ = ["BERNOULLI_LOGIT", "MAX_PARAMS", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA",
+           "POISSON_LOG", "STUDENT_T", "TRIGAMMA_ASYMPTOTIC", "closed_form_row_terms", "trigamma_scalar"]
 
-# the families' codes, as model.closed_form numbers them (a test checks they agree)
-_BERNOULLI_LOGIT, _POISSON_LOG, _NORMAL_KNOWN_SIGMA, _NORMAL, _STUDENT_T = range(5)
-#: a term's parameters in ``eta_index`` and ``constants`` (whose logs follow)
-_MAX_PARAMS = 3
+#: the closed forms' families, by code: the model layer names a model's rows by them
+#: (:mod:`~pymc_subsample.model.closed_form`), and this kernel and the η estimate's
+#: (:mod:`~pymc_subsample.estimators.eta_kernels`) compute them; defined here, beside the layers, once
+BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
+#: the most parameters of a family (StudentT's ν, μ, σ): a term's ``eta_index`` and ``constants``
+#: (whose logs follow) hold this many
+MAX_PARAMS = 3
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_PI = math.log(math.pi)
 
@@ -117,11 +120,11 @@ def closed_form_row_terms(code, eta_index, constants, y, etas, pair_row):
     for t in range(code.shape[0]):
         family, y_t, j = code[t], y[t], eta_index[t, 0]
         x, df = etas[j], first[j]
-        if family == _BERNOULLI_LOGIT or family == _POISSON_LOG or family == _NORMAL_KNOWN_SIGMA:
+        if family == BERNOULLI_LOGIT or family == POISSON_LOG or family == NORMAL_KNOWN_SIGMA:
             if pair_row[j, j] < 0:
                 raise ValueError("closed_form_row_terms: a second derivative not held")
             d2f = second[pair_row[j, j]]
-            if family == _BERNOULLI_LOGIT:
+            if family == BERNOULLI_LOGIT:
                 e = exp_minus_abs(x)
                 for k in range(m):
                     v = e[k]
@@ -129,7 +132,7 @@ def closed_form_row_terms(code, eta_index, constants, y, etas, pair_row):
                     value[k] += y_t[k] * x[k] - (max(x[k], 0.0) + log1p_unit(v))
                     df[k] += y_t[k] - rate
                     d2f[k] -= rate * (1.0 - rate)
-            elif family == _POISSON_LOG:
+            elif family == POISSON_LOG:
                 for k in range(m):
                     rate = exp(x[k])
                     value[k] += y_t[k] * x[k] - rate
@@ -138,13 +141,13 @@ def closed_form_row_terms(code, eta_index, constants, y, etas, pair_row):
                 for k in range(m):  # libm's, one row at a time: in a loop of its own
                     value[k] -= math.lgamma(y_t[k] + 1.0)
             else:
-                sigma, log_sigma = constants[t, 1], constants[t, _MAX_PARAMS + 1]
+                sigma, log_sigma = constants[t, 1], constants[t, MAX_PARAMS + 1]
                 for k in range(m):
                     r = (y_t[k] - x[k]) / sigma
                     value[k] += -0.5 * r * r - log_sigma - _HALF_LOG_2PI
                     df[k] += r / sigma
                     d2f[k] -= 1.0 / (sigma * sigma)
-        elif family == _NORMAL:  # μ = η_j, log σ = η_b
+        elif family == NORMAL:  # μ = η_j, log σ = η_b
             b = eta_index[t, 1]
             rows = (pair_row[j, j], pair_row[min(j, b), max(j, b)], pair_row[b, b])
             if min(rows) < 0:
@@ -160,7 +163,7 @@ def closed_form_row_terms(code, eta_index, constants, y, etas, pair_row):
                 d2f_jj[k] -= w * w
                 d2f_jb[k] -= 2.0 * r * w
                 d2f_bb[k] -= 2.0 * r * r
-        elif family == _STUDENT_T:
+        elif family == STUDENT_T:
             _student_t(eta_index[t], y_t, etas, pair_row, value, first, second)
         else:
             raise ValueError("closed_form_row_terms: a family without written-out terms")

@@ -34,15 +34,6 @@ def test_families_without_written_second_derivatives_keep_the_graph():
         assert view.closed_form is not None and not view.closed_form.has_row_terms
 
 
-def test_kernel_codes_are_the_model_layers():
-    from pymc_subsample import row_terms_kernel
-    from pymc_subsample.model import closed_form
-
-    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL", "STUDENT_T"):
-        assert getattr(row_terms_kernel, f"_{name}") == getattr(closed_form, name)
-    assert row_terms_kernel._MAX_PARAMS == closed_form.MAX_PARAMS
-
-
 def test_bernoulli_and_poisson_terms_far_out_in_eta():
     """softplus, σ(η) and e^η where a naive formula overflows or cancels, against SciPy's."""
     from scipy import special

@@ -358,15 +358,3 @@ def test_the_kernels_elementary_functions_agree_with_numpy():
     assert np.all(np.abs(each(_log1p, v) - exact) <= 1e-15 * exact)
     unit = np.concatenate([np.geomspace(1e-300, 1.0, 20001), np.linspace(0.4, 0.43, 2001), [0.0, 1.0]])
     assert np.all(np.abs(each(_log1p_unit, unit) - np.log1p(unit)) <= 1e-15 * np.log1p(unit))
-
-
-def test_the_model_names_the_closed_forms_by_the_kernels_codes():
-    """The codes are written twice, in the model layer that recognises the families and in the kernels
-    (which may not import the model layer): the same numbers."""
-    from pymc_subsample.estimators import eta_kernels
-    from pymc_subsample.model import closed_form
-
-    for name in ("BERNOULLI_LOGIT", "POISSON_LOG", "NORMAL_KNOWN_SIGMA", "NORMAL", "STUDENT_T",
-                 "NEGATIVE_BINOMIAL"):
-        assert getattr(closed_form, name) == getattr(eta_kernels, name), name
-    assert closed_form.MAX_PARAMS == eta_kernels._MAX_PARAMS

@@ -1,8 +1,9 @@
 """The Numba kernels of the η estimate (:mod:`~pymc_subsample.estimators.eta_estimate`): η from the
 rows' kept η(0) and sparse J, the perturbed sums and their gradient, and the closed forms of f.
 
-They import nothing but NumPy, Numba, ψ from :mod:`pymc_subsample.prior_kernel` and the vectorised
-elementary functions of :mod:`pymc_subsample.elementary`, so that the kernels that run a whole
+They import nothing but NumPy, Numba, ψ from :mod:`pymc_subsample.prior_kernel`, the vectorised
+elementary functions of :mod:`pymc_subsample.elementary` and the families' codes of
+:mod:`pymc_subsample.row_terms_kernel`, so that the kernels that run a whole
 HMC-ECS iteration (:mod:`pymc_subsample.kernels.eta_nuts`) can call them without reaching PyMC or
 PyTensor.
 
@@ -50,18 +51,23 @@ from pymc_subsample.elementary import expm1 as _expm1
 from pymc_subsample.elementary import log1p as _log1p
 from pymc_subsample.elementary import log1p_unit as _log1p_unit
 from pymc_subsample.prior_kernel import digamma as _digamma
+from pymc_subsample.row_terms_kernel import (  # the closed forms' codes, by which row_differences reads them
+    BERNOULLI_LOGIT,
+    NEGATIVE_BINOMIAL,
+    NORMAL,
+    NORMAL_KNOWN_SIGMA,
+    POISSON_LOG,
+    STUDENT_T,
+)
+from pymc_subsample.row_terms_kernel import MAX_PARAMS as _MAX_PARAMS
 
 __all__ = ["BERNOULLI_LOGIT", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA", "POISSON_LOG", "STUDENT_T",
            "affine_eta", "closed_form_differences",
            "closed_form_sums", "perturbed_sums", "replace_rows", "row_differences", "write_affine_rows"]
 
-#: the closed forms of :func:`row_differences`, by code
-BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
 #: counts below this read log Γ(y + n) − log Γ(n), ψ(y + n) − ψ(n) and log y! from tables made once a
 #: call (:func:`_count_tables`) where n is the same on every row; larger or non-integer y call lgamma
 COUNT_TABLE = 256
-#: a term's parameters in :func:`row_differences`' ``eta_index`` and ``constants`` (whose logs follow)
-_MAX_PARAMS = 3
 
 
 @numba.njit(cache=True, fastmath=True)

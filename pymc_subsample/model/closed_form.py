@@ -15,13 +15,20 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.basic import BernoulliRV, NegBinomialRV, NormalRV, PoissonRV, StudentTRV
 
-from pymc_subsample.row_terms_kernel import closed_form_row_terms
+from pymc_subsample.row_terms_kernel import (
+    BERNOULLI_LOGIT,
+    MAX_PARAMS,
+    NEGATIVE_BINOMIAL,
+    NORMAL,
+    NORMAL_KNOWN_SIGMA,
+    POISSON_LOG,
+    STUDENT_T,
+    closed_form_row_terms,
+)
 
 __all__ = ["BERNOULLI_LOGIT", "MAX_PARAMS", "NEGATIVE_BINOMIAL", "NORMAL", "NORMAL_KNOWN_SIGMA",
            "POISSON_LOG", "ROW_TERMS_CODES", "STUDENT_T", "ClosedFormRows", "closed_form_rows"]
 
-#: the kernel's families, by code
-BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T, NEGATIVE_BINOMIAL = range(6)
 #: (random variable class, links) → kernel code
 _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POISSON_LOG,
           (NormalRV, ("identity", None)): NORMAL_KNOWN_SIGMA, (NormalRV, ("identity", "log")): NORMAL,
@@ -29,9 +36,6 @@ _CODES = {(BernoulliRV, ("logit",)): BERNOULLI_LOGIT, (PoissonRV, ("log",)): POI
           (NegBinomialRV, ("log", "logit")): NEGATIVE_BINOMIAL,
           (NegBinomialRV, (None, "logit")): NEGATIVE_BINOMIAL}
 
-
-#: the most parameters of a family of the kernel (StudentT's ν, μ, σ)
-MAX_PARAMS = 3
 #: the families whose rows' terms at θ (f and its first and second derivatives in η) are written out
 #: (:meth:`ClosedFormRows.row_terms`); the negative binomial's come from the model's graph
 ROW_TERMS_CODES = (BERNOULLI_LOGIT, POISSON_LOG, NORMAL_KNOWN_SIGMA, NORMAL, STUDENT_T)
@@ -71,21 +75,14 @@ class ClosedFormRows(NamedTuple):
         and its derivatives evaluated in NumPy, whose rewriting cost 0.2-0.4 s of a set-up (the linear
         zoo model, 2026-12-01). log σ of a constant σ is the model's, in σ's dtype.
         """
-        etas = np.stack([np.asarray(e, dtype=np.float64) for e in etas])
-        value, first, second = self.row_term_arrays(batch, etas, pairs)
-        return value, list(first), {pair: second[i] for i, pair in enumerate(pairs)}
-
-    def row_term_arrays(self, batch, etas, pairs):
-        """:meth:`row_terms` at ``etas`` (p, m) as arrays: f (m,), ∂f (p, m) and ∂²f (n_pairs, m) in
-        the order of ``pairs``.
-        """
-        p = etas.shape[0]
+        p = len(etas)
         pair_row = np.full((p, p), -1, dtype=np.int64)
         for i, (j, k) in enumerate(pairs):
             pair_row[j, k] = i
-        return closed_form_row_terms(self.code, self.eta_index, self.constants,
-                                     np.ascontiguousarray(self.y(batch)),
-                                     np.ascontiguousarray(etas, dtype=np.float64), pair_row)
+        etas = np.stack([np.asarray(e, dtype=np.float64) for e in etas])
+        value, first, second = closed_form_row_terms(self.code, self.eta_index, self.constants,
+                                                     np.ascontiguousarray(self.y(batch)), etas, pair_row)
+        return value, list(first), {pair: second[i] for i, pair in enumerate(pairs)}
 
 
 def closed_form_rows(view) -> ClosedFormRows | None:
