@@ -3,7 +3,9 @@
 For each zoo model (tests/zoo.py, X and y as pm.Data) and each N, two runs, each in a process of its
 own with a new, empty ``base_compiledir`` (PyTensor's compiled modules and its Numba cache alike):
 - nutpie: ``pm.sample(nuts_sampler="nutpie")``, its compilation included;
-- HMCECS with its defaults: the step's construction plus ``pm.sample``.
+- HMCECS with its defaults: the step's construction plus ``pm.sample``;
+- the floor: ``pm.sample`` with a step that returns its point unchanged (``sample_floor.py``), what
+  PyMC's own initialisation, per-draw loop and conversion cost on an empty cache around any step.
 Both are timed from just after the model is built to the end of ``pm.sample`` (1 chain, tune =
 draws = ``--draws``, the Deterministics over all N rows left out of the trace as in ``breakeven.py``);
 the imports, the data's generation and the harness's choice of the traced variables are outside the
@@ -12,9 +14,12 @@ own Numba kernels (``@numba.njit(cache=True)``) stay in Numba's cache beside the
 empty ``base_compiledir`` does not empty: a new installation compiles them once, at its first run
 (``--cold-kernels`` empties that cache too, by a new ``NUMBA_CACHE_DIR``, for both runs).
 
-Cells: min bulk ESS / seconds = ESS/s [largest |Δmean| in nutpie's posterior sds]; the last column
-is HMCECS's ESS/s over nutpie's. Each process's CPU seconds (compilers included) are printed too: on
-a shared VM wall time moves with the neighbours' load.
+Cells: min bulk ESS / seconds = ESS/s [largest |Δmean| in nutpie's posterior sds]; HMCECS's ESS/s
+over nutpie's; the budget, the seconds in which HMCECS's run, at its ESS, would reach the goal
+(5× nutpie's ESS/s below 10⁶ rows, 100× from 10⁶), against the floor: where the floor exceeds the
+budget, no step method inside ``pm.sample`` reaches the goal on an empty cache. Each process's CPU
+seconds (compilers included) are printed too: on a shared VM wall time moves with the neighbours'
+load.
 
 Usage: python benchmarks/cold_zoo.py [--models logistic linear ...] [--rows 100000 1000000]
        [--draws 500] [--cold-kernels]
@@ -40,6 +45,7 @@ sys.path.insert(0, {tests!r})
 from zoo import build
 import numpy as np, pymc as pm, pymc_subsample as pms
 from breakeven import SAMPLE, min_ess, traced
+from sample_floor import Unchanged
 model = build({name!r}, {rows})
 # the harness's own work, before the clock: on an empty cache traced()'s shape evaluation compiles
 # (1.6 s on the centred model)
@@ -48,9 +54,14 @@ with model:
     t = time.perf_counter()
     if {sampler!r} == "hmcecs":
         idata = pm.sample(step=pms.HMCECS(rng=0), random_seed=2, **kwargs)
+    elif {sampler!r} == "floor":
+        idata = pm.sample(step=Unchanged(model.value_vars), random_seed=2, **kwargs)
     else:
         idata = pm.sample(nuts_sampler="nutpie", random_seed=1, **kwargs)
     seconds = time.perf_counter() - t
+if {sampler!r} == "floor":
+    print(json.dumps(dict(ess=0.0, seconds=seconds, moments={{}})))
+    sys.exit()
 post = idata["posterior"]
 moments = {{v: [np.asarray(post[v].mean(("chain", "draw"))).ravel().tolist(),
                np.asarray(post[v].std(("chain", "draw"))).ravel().tolist()] for v in post.data_vars}}
@@ -79,6 +90,11 @@ def cold_run(name, n_rows, sampler, draws, cold_kernels):
     return result["ess"], result["seconds"], cpu, result["moments"]
 
 
+def goal(n_rows):
+    """The goal's ratio to nutpie's ESS/s: 5× below 10⁶ rows, 100× from 10⁶."""
+    return 100.0 if n_rows >= 1_000_000 else 5.0
+
+
 def max_shift(moments, reference):
     """Largest |Δmean| over the parameters, in the reference's posterior sds."""
     return max(float(np.max(np.abs(np.subtract(moments[v][0], mean)) / np.asarray(sd)))
@@ -102,16 +118,19 @@ def main():
           f"PyMC {pymc.__version__}, PyTensor {pytensor.__version__}, pymc_subsample "
           f"{pymc_subsample.__version__}; 1 chain, tune = draws = {args.draws}; every run in a new "
           f"process on an empty PyTensor cache; the package's Numba kernels' cache: {kernels}")
-    print("\n| model | N | nutpie, cold | HMCECS(), cold | HMCECS ÷ nutpie | CPU s, nutpie / HMCECS |")
-    print("|---|---|---|---|---|---|")
+    print("\n| model | N | nutpie, cold | HMCECS(), cold | HMCECS ÷ nutpie | budget at the goal / floor (s) "
+          "| CPU s, nutpie / HMCECS |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.models:
         for n in args.rows:
             ess_n, sec_n, cpu_n, ref = cold_run(name, n, "nutpie", args.draws, args.cold_kernels)
             ess_h, sec_h, cpu_h, ours = cold_run(name, n, "hmcecs", args.draws, args.cold_kernels)
+            _, sec_f, _, _ = cold_run(name, n, "floor", args.draws, args.cold_kernels)
             ratio = (ess_h / sec_h) / (ess_n / sec_n)
+            budget = ess_h / (goal(n) * ess_n / sec_n)
             print(f"| {name} | {n:,} | {ess_n:.0f} / {sec_n:.1f} s = {ess_n / sec_n:.1f} | "
                   f"{ess_h:.0f} / {sec_h:.1f} s = {ess_h / sec_h:.1f} [{max_shift(ours, ref):.2f}] | "
-                  f"{ratio:.1f} | {cpu_n:.1f} / {cpu_h:.1f} |", flush=True)
+                  f"{ratio:.1f} | {budget:.2f} / {sec_f:.2f} | {cpu_n:.1f} / {cpu_h:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
