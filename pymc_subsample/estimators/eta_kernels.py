@@ -12,8 +12,11 @@ call for rows of families whose f the package writes here (observed variables on
 with y a column of the data, their other parameters η or constants:
 :mod:`~pymc_subsample.model.closed_form`). With its row loops vectorised (the elementary functions of
 :mod:`pymc_subsample.elementary`, J a column a row, the terms at θ* in C order) it costs 8.1 µs (d = 4)
-and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30); called from Python at d = 4, 14-15 µs
-against 23-30 µs with libm's functions and the terms in F order. The kernels of both routes are in this
+and 14.2 µs (d = 31) in a Numba loop at m = 1000 (2026-11-30, AVX-512); called from Python at d = 4,
+14-15 µs against 23-30 µs with libm's functions and the terms in F order. On AVX2 (AMD EPYC, znver3,
+2026-12-01) the logistic zoo model's (d = 5) takes 8-9 µs, the centred hierarchical model's 11-13 µs,
+StudentT's 21 µs, where loops that AVX2 could not vectorise (conversions between doubles and 64-bit
+integers, calls, branches a row) took 11, 16 and 44 µs. The kernels of both routes are in this
 one module: Numba's cache of a function is checked against its own file only, so a kernel calling one of
 another module keeps running that one's earlier code after an edit (an edit of
 :mod:`pymc_subsample.elementary` or :mod:`pymc_subsample.prior_kernel` needs this module's cache emptied
