@@ -10,7 +10,8 @@ from pymc_subsample.model.tall import TallModel
 
 
 @pytest.mark.parametrize("name", ["logistic", "linear", "poisson_offset", "two_observed",
-                                  "hierarchical_centred", "set_data_predictive", "student_t"])
+                                  "hierarchical_centred", "set_data_predictive", "student_t",
+                                  "heteroscedastic", "heavy_tails_by_row"])
 def test_written_terms_are_the_graphs(name):
     tall = TallModel(build(name, 3000))
     view = tall.regression_view

@@ -143,6 +143,7 @@ MODELS = {"gaussian_mean": gaussian_mean, "known_sigma": known_sigma, "counts": 
 
 @pytest.mark.parametrize("name, constant, code", [
     ("student_t", (True, False, True), STUDENT_T), ("negative_binomial", (True, False), NEGATIVE_BINOMIAL),
+    ("heteroscedastic", (False, False), NORMAL), ("heavy_tails_by_row", (False, False, False), STUDENT_T),
     ("counts", (False,), NEGATIVE_BINOMIAL), ("counts_free_alpha", (True, False), NEGATIVE_BINOMIAL),
     ("zero_inflated_poisson", (True, False), None),
     ("two_observed", (False, True, False), [NORMAL, BERNOULLI_LOGIT]), ("linear", (False, True), NORMAL),
@@ -175,7 +176,8 @@ def test_target_estimate_equals_the_whole_graph(name, constant, code):
 
 
 @pytest.mark.parametrize("name, order", [
-    ("negative_binomial", 2), ("student_t", 2), ("linear", 1), ("logistic", 0), ("poisson_offset", 2),
+    ("negative_binomial", 2), ("student_t", 2), ("heteroscedastic", 2), ("heavy_tails_by_row", 2),
+    ("linear", 1), ("logistic", 0), ("poisson_offset", 2),
     ("hierarchical_centred", 2), ("counts_free_alpha", 2)])
 def test_the_closed_forms_differences_at_points_equal_numpys(name, order):
     """The warm-up's differences d_k(θ) = f − q_k over kept rows at several points, from the closed
