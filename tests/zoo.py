@@ -293,37 +293,30 @@ def two_data_sets(n, seed=0):
     return model
 
 
-def heteroscedastic(n, seed=0):
-    """A normal regression whose log σ is linear in x too: σ differs between rows."""
+def heteroscedastic(n, seed=0, heavy_tails=False):
+    """A normal regression whose log σ is linear in x too, so that σ differs between rows; with
+    ``heavy_tails`` a StudentT regression whose log ν is linear in x as well."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=n)
+    noise = rng.standard_t(5.0, size=n) if heavy_tails else rng.normal(size=n)
     with pm.Model() as model:
         x_ = pm.Data("x", x)
         beta = pm.Normal("beta", 0, 1, shape=2)
         gamma = pm.Normal("gamma", 0, 1, shape=2)
-        pm.Normal("y", beta[0] + beta[1] * x_, pm.math.exp(gamma[0] + gamma[1] * x_),
-                  observed=rng.normal(0.3 + 0.8 * x, np.exp(-0.2 + 0.4 * x)))
-    return model
-
-
-def heavy_tails_by_row(n, seed=0):
-    """A StudentT regression whose ν and σ differ between rows (log ν and log σ linear in x)."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=n)
-    with pm.Model() as model:
-        x_ = pm.Data("x", x)
-        beta = pm.Normal("beta", 0, 1, shape=2)
-        gamma = pm.Normal("gamma", 0, 1, shape=2)
-        delta = pm.Normal("delta", 0, 1, shape=2)
-        pm.StudentT("y", nu=pm.math.exp(1.5 + delta[0] + delta[1] * x_), mu=beta[0] + beta[1] * x_,
-                    sigma=pm.math.exp(gamma[0] + gamma[1] * x_),
-                    observed=0.3 + 0.8 * x + np.exp(-0.2 + 0.4 * x) * rng.standard_t(5.0, size=n))
+        mu, sigma = beta[0] + beta[1] * x_, pm.math.exp(gamma[0] + gamma[1] * x_)
+        y = 0.3 + 0.8 * x + np.exp(-0.2 + 0.4 * x) * noise
+        if heavy_tails:
+            delta = pm.Normal("delta", 0, 1, shape=2)
+            pm.StudentT("y", nu=pm.math.exp(1.5 + delta[0] + delta[1] * x_), mu=mu, sigma=sigma, observed=y)
+        else:
+            pm.Normal("y", mu, sigma, observed=y)
     return model
 
 
 #: models beyond the core zoo that the benchmarks take by name too (tests use them where they say)
 BEYOND_ZOO = {"two_data_sets": two_data_sets, "crossed_effects": crossed_effects,
-              "heteroscedastic": heteroscedastic, "heavy_tails_by_row": heavy_tails_by_row}
+              "heteroscedastic": heteroscedastic,
+              "heavy_tails_by_row": lambda n, seed=0: heteroscedastic(n, seed, heavy_tails=True)}
 
 
 def build(name, n=20_000, seed=0):
