@@ -5,7 +5,9 @@ process on a warm cache, 1 chain of ``--draws`` warm-up and ``--draws`` kept dra
 - the floor: ``pm.sample`` with a step that returns its point unchanged (no set-up, no work per
   draw): PyMC's own initialisation, trace, per-draw loop and conversion to a DataTree, which every
   step method pays;
-- HMCECS with its defaults: construction plus ``pm.sample``, and its min bulk ESS.
+- HMCECS with its defaults: construction plus ``pm.sample``, and its min bulk ESS;
+- with ``--sizes``, also ``HMCECS(subsample_size=m)`` for each m (fixed m, no pilot), which shows
+  what a draw costs at each m.
 The Deterministics over all N rows are left out of the trace as in ``breakeven.py``.
 
 A step method whose ESS/s must be R times a reference's (``breakeven.py``: nutpie's) has the whole
@@ -22,7 +24,7 @@ iterations run in Numba, up to 64 a call, each draw's share of its call's time p
   draw). Where it exceeds the budget, only a kernel faster per row can meet R.
 
 Usage: python benchmarks/sample_floor.py [--models linear ...] [--rows 1000000] [--draws 500]
-       [--reference linear=12.7 ...] [--ratio 100]
+       [--reference linear=12.7 ...] [--ratio 100] [--sizes 100 1000]
 """
 
 import argparse
@@ -30,6 +32,7 @@ import platform
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +85,7 @@ def main():
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--reference", nargs="*", default=[], help="model=ESS/s of the reference sampler")
     parser.add_argument("--ratio", type=float, default=100.0)
+    parser.add_argument("--sizes", nargs="*", type=int, default=[], help="also HMCECS(subsample_size=m)")
     args = parser.parse_args()
     reference = {k: float(v) for k, v in (item.split("=") for item in args.reference)}
     print(f"# {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, PyMC {pm.__version__}, "
@@ -99,13 +103,18 @@ def main():
                 timed_sample(model, 10, lambda m=model: Unchanged(m.value_vars))
                 timed_sample(model, 10, pms.HMCECS)
                 floor, _ = timed_sample(model, args.draws, lambda m=model: Unchanged(m.value_vars))
-                seconds, idata = timed_sample(model, args.draws, pms.HMCECS)
-            ess = min_ess(idata)
-            budget = ess / (args.ratio * reference[name]) if name in reference else np.nan
-            per_draw, per_row = step_time(idata)
-            iterations = floor + 2 * args.draws * per_draw
-            print(f"| {name} | {n:,} | {floor:.2f} | {seconds:.2f} | {ess:.0f} | {per_draw * 1e6:.0f} µs, "
-                  f"{per_row * 1e9:.1f} ns | {iterations:.2f} | {budget:.2f} |", flush=True)
+                runs = [("", timed_sample(model, args.draws, pms.HMCECS))]
+                runs += [(f" (m = {m})", timed_sample(model, args.draws,
+                                                      partial(pms.HMCECS, subsample_size=m)))
+                         for m in args.sizes]
+            for label, (seconds, idata) in runs:
+                ess = min_ess(idata)
+                budget = ess / (args.ratio * reference[name]) if name in reference else np.nan
+                per_draw, per_row = step_time(idata)
+                iterations = floor + 2 * args.draws * per_draw
+                print(f"| {name}{label} | {n:,} | {floor:.2f} | {seconds:.2f} | {ess:.0f} | "
+                      f"{per_draw * 1e6:.0f} µs, {per_row * 1e9:.1f} ns | {iterations:.2f} | {budget:.2f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import pytest
 from zoo import crossed_effects
 
 import pymc_subsample as pms
+from pymc_subsample.kernels.ecs_tuning import PERTURBED_FLOOR
 
 N = 100_000
 
@@ -53,19 +54,21 @@ def test_dense_adaptation_from_75_draws_leaves_the_posterior_and_the_run_check_s
 def test_defaults_keep_the_chain_where_the_proxy_holds_with_few_rows():
     """The default: the dense matrix adapted over a first window of 2d draws, and the rows whose proxy
     error dominates σ² at θ* and the Laplace draws (a few rows of the smallest groups) computed
-    exactly, m = 1000 for the others where uniform subsampling would need m ≈ 6,000 for σ² ≤ 1.
-    σ̂² stays near its target after warm-up, trees are short, and no check warns."""
+    exactly, and m rows of the others (at least the floor): fewer rows per estimate than the
+    m ≈ 6,000 that uniform subsampling would need for σ² ≤ 1. σ̂² stays near its target after
+    warm-up, trees are short, and no check warns."""
     model, step, idata, messages = _hmcecs({}, tune=1000, draws=200)
     b_idx = model["b_idx"].get_value()
     exact = step.exact_rows
-    assert 0 < exact.size <= 0.01 * N and step.subsample_size == 1000
+    assert 0 < exact.size <= 0.01 * N and step.subsample_size >= PERTURBED_FLOOR
+    assert exact.size + step.subsample_size <= 2000
     assert np.median(np.bincount(b_idx)[b_idx[exact]]) < 100  # rows of small groups
     sigma2 = idata.sample_stats["loglik_var"].values
     assert np.mean(sigma2) < 1.0, np.mean(sigma2)
     assert float(idata.sample_stats["tree_depth"].mean()) <= 6.0
     checks = ("σ̂²", "effective sample size", "from where the chain ended")
     assert not [m for m in messages if any(c in m for c in checks)], messages
-    assert step.potential.rows_in(step.subsample) == exact.size + 1000
+    assert step.potential.rows_in(step.subsample) == exact.size + step.subsample_size
 
 
 @pytest.mark.usefixtures("python_linker")

@@ -104,9 +104,9 @@ def _constant_differences(var):
     return lambda rng, thetas: (np.zeros(len(thetas)), np.full(len(thetas), var))
 
 
-@pytest.mark.parametrize("var, m", [(1e-6, 100), (4e-7, 40), (1e-9, 10)])
+@pytest.mark.parametrize("var, m", [(1.995e-6, 200), (1e-6, 100), (4e-7, 40), (1e-9, 10)])
 def test_auto_size_gives_the_target_variance(var, m):
-    """σ² = n² Var(d)/m ≤ 1 (eq. 4.3) at the smallest m; the default's floor is min(N, 1000)."""
+    """σ² = n² Var(d)/m ≤ 1 (eq. 4.3) at the smallest m; the default's floor is min(N, 100)."""
     n = 10_000
 
     def deviations(thetas, means, candidates):  # every row alike: no row is worth computing exactly
@@ -115,8 +115,9 @@ def test_auto_size_gives_the_target_variance(var, m):
     auto = _init("perturbed", n, "auto", _constant_differences(var), deviations)
     assert auto.m == m and auto.minimum == 10 and auto.exact.size == 0 and auto.setup_points.shape == (21, 2)
     default = _init("perturbed", n, None, _constant_differences(var), deviations)
-    assert default.m == max(m, 1000) and default.minimum == 1000
-    assert default.scored == (default.m > 1000)  # at the floor the pass is left to the warm-up
+    floor = ecs_tuning.PERTURBED_FLOOR
+    assert default.m == max(m, floor) and default.minimum == floor == 100
+    assert default.scored == (default.m > floor)  # at the floor the pass is left to the warm-up
 
 
 def test_rows_of_large_error_are_computed_exactly():

@@ -10,6 +10,7 @@ from conftest import gaussian_linear_model, logistic_data, logistic_model, needs
 from scipy.stats import norm
 
 import pymc_subsample as pms
+from pymc_subsample.kernels.ecs_tuning import PERTURBED_FLOOR
 
 
 def gaussian_mean_model(n=20_000, sigma=1.0, prior_sd=10.0, seed=0):
@@ -261,7 +262,7 @@ def test_rows_computed_exactly_are_chosen_over_all_rows_before_a_draw_is_kept(sm
     monkeypatch.setattr(hmcecs, "difference_deviations", counting)
     with small_logistic:
         step = pms.HMCECS(rng=0)
-        assert (step.subsample_size, step.exact_rows.size, len(passes)) == (1000, 0, 0)
+        assert (step.subsample_size, step.exact_rows.size, len(passes)) == (PERTURBED_FLOOR, 0, 0)
         pm.sample(step=step, draws=2, tune=tune, chains=1, random_seed=1, progressbar=False,
                   compute_convergence_checks=False)
     assert len(passes) == 1
@@ -422,9 +423,9 @@ def test_the_setup_pilot_keeps_to_a_non_centred_posterior():
     """The pilot's points are the Laplace draws where the proxy's log posterior is plausible: on the
     non-centred zoo model the Laplace draws in θ that leave the ridge a = μ + τz (log posterior
     1,000-26,000 below the mode's) asked for m = 2,214 at 10⁵ rows (54,527 at 10⁶, 18 s of the first
-    50 warm-up draws), where the chain needs the floor."""
+    50 warm-up draws), where the chain needs only the floor."""
     from zoo import build
 
     with build("hierarchical_noncentred", 100_000):
         step = pms.HMCECS(rng=0)
-    assert step.subsample_size == 1000 and step.exact_rows.size == 0
+    assert step.subsample_size == PERTURBED_FLOOR and step.exact_rows.size == 0

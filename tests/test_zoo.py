@@ -18,6 +18,7 @@ import pymc_subsample as pms
 from pymc_subsample import TallModel
 from pymc_subsample.control_variates.center import find_center
 from pymc_subsample.estimators.target import SubsampledTarget
+from pymc_subsample.kernels.ecs_tuning import PERTURBED_FLOOR
 from pymc_subsample.model.compile import PYTHON_LINKER_ARRAYS
 
 N = 20_000
@@ -200,12 +201,12 @@ def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
     # model (20 groups) had σ̂² ≈ 40 (τz is curved in θ = (μ, log τ, z)) and an ESS of 3 of 600
     # draws for μ_a, so the default raised m to most of the rows and pointed to NUTS. Its rows are
     # affine in φ = (μ + τz, b), and the proxy in η is exact in φ's curvature (test_row_free.py):
-    # σ̂² ≈ 10⁻⁴ at m = 1000, so the default keeps 1000 rows, silently.
+    # σ̂² ≈ 10⁻⁴ at m = 1000 (σ̂² ∝ 1/m: 10⁻³ at 100), so the default keeps its floor, silently.
     model = build("hierarchical_noncentred", N)
     with model, warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         step = pms.HMCECS(rng=0)
-    assert step.subsample_size == 1000
+    assert step.subsample_size == PERTURBED_FLOOR
     # its posterior in θ is curved (τz): the mass matrix adapts from the Laplace start, and PyMC's
     # "experimental" warning for its dense adaptation does not reach the user, who did not ask for it
     assert step.mass_matrix == "laplace_adapt"
@@ -213,11 +214,12 @@ def test_hmcecs_defaults_on_noncentred_hierarchical_model_keep_m_small():
     assert step.inner.target_accept == 0.9
     assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
     assert not [w for w in record if "QuadPotentialFullAdapt" in str(w.message)]
-    # on a GLM the default stays at 1000 rows (σ̂² ≪ 1 there), silently, with the fixed Laplace metric
+    # on a GLM the default stays at its floor (σ̂² ≪ 1 there), silently, with the fixed Laplace metric
     with build("logistic", N), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         step = pms.HMCECS(rng=0)
-    assert step.subsample_size == 1000 and step.mass_matrix == "laplace" and step.inner.target_accept == 0.8
+    assert step.subsample_size == PERTURBED_FLOOR and step.mass_matrix == "laplace"
+    assert step.inner.target_accept == 0.8
     assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]
 
 

@@ -10,6 +10,7 @@ import pytest
 from zoo import agreement, agrees, build, hierarchical_noncentred, two_data_sets
 
 import pymc_subsample as pms
+from pymc_subsample.kernels.ecs_tuning import PERTURBED_FLOOR
 
 N = 20_000
 
@@ -120,7 +121,8 @@ def test_bambi_formula_with_a_group_intercept_agrees_with_nuts():
             warnings.simplefilter("always")
             step = step_class(rng=0)
             idata = pm.sample(step=step, draws=1000, tune=1000, random_seed=6, **SAMPLE)
-        assert step.subsample_size == 1000  # HMCECS: chosen again at the chain's warm-up draws
+        # HMCECS: chosen again at the chain's warm-up draws (SubsampleMH: its own default, 1000)
+        assert step.subsample_size == (PERTURBED_FLOOR if step_class is pms.HMCECS else 1000)
         result = agreement(idata, ref, [rv.name for rv in model.free_RVs])
         assert agrees(result), (step_class.__name__, result)
         assert not [w for w in record if "pymc_subsample" in w.filename], [str(w.message) for w in record]

@@ -35,6 +35,7 @@ from pymc_subsample.subsample.indices import block_slices
 __all__ = [
     "AUTO_TOO_LARGE",
     "DEFAULT_SUBSAMPLE_SIZE",
+    "PERTURBED_FLOOR",
     "Design",
     "RetuneInfo",
     "choose_exact_and_size",
@@ -73,10 +74,17 @@ RECHOICE_FRACTION = 0.5
 #: estimate (``subsample_size="auto"`` and the default): the scores of more would cost memory, and a
 #: model that needs more exact rows than this needs full-data NUTS
 MAX_EXACT_CANDIDATES = 20_000
-# measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
-# ESS of 3, hence a floor the "auto" choice may raise
-#: the default's floor of m (perturbed) and its m (signed)
+#: the default's m (signed): the mini-batch of each Poisson factor
 DEFAULT_SUBSAMPLE_SIZE = 1000
+# measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
+# ESS of 3, hence a floor the "auto" choice may raise. Measured at 10⁵ and 10⁶ rows (sample_floor.py
+# --sizes 1000, warm, AMD EPYC, 2026-12-02): a kept draw at m = 100 against m = 1000 costs 15-19
+# against 51-52 µs (linear), 30-31 against 79-84 (centred hierarchical), 15-23 against 35-41
+# (set_data_predictive), 13 against 25-38 (deterministic_potential), σ̂² ≪ 1 at both; fewer rows
+# save little more (a leapfrog step's fixed per-call costs), and σ̂² itself, estimated from the m
+# rows (eq. 4.3), gets noisy
+#: the default's floor of m (perturbed), which the "auto" choice raises where σ̂² needs more rows
+PERTURBED_FLOOR = 100
 # a leapfrog step costs the m rows' ℓ, its reverse pass and the proxy's directional derivatives
 # (≥ 3 passes over m rows), more than full-data NUTS's one pass once m ≥ N/4
 #: "auto" warns when the rows per estimate reach N / AUTO_TOO_LARGE
@@ -203,7 +211,8 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
     estimator : {"perturbed", "signed"}
     n : int
     subsample_size : int, "auto" or None
-        None: perturbed, ``"auto"`` with the floor min(N, 1000); signed, min(N, 1000).
+        None: perturbed, ``"auto"`` with the floor min(N, :data:`PERTURBED_FLOOR`); signed,
+        min(N, :data:`DEFAULT_SUBSAMPLE_SIZE`).
     num_blocks : int
         The requested G.
     target_variance : float
@@ -224,7 +233,7 @@ def init(estimator, n, subsample_size, num_blocks, target_variance, center, prec
         if estimator == "signed":
             subsample_size = min(n, DEFAULT_SUBSAMPLE_SIZE)
         else:
-            subsample_size, minimum = "auto", min(n, DEFAULT_SUBSAMPLE_SIZE)
+            subsample_size, minimum = "auto", min(n, PERTURBED_FLOOR)
     if estimator == "signed" or subsample_size == "auto":
         # a fixed seed: the same model and settings give the same m and λ in every run
         setup_rng = np.random.default_rng(0)

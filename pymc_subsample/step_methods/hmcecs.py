@@ -92,9 +92,9 @@ class HMCECS(FusedECS, CompiledECS, InnerHMC, SubsampleStep):
         m. ``"auto"`` picks m so that σ̂² ≈ ``target_variance`` (Dang et al. 2019 §3.1) at Laplace draws
         near the centre, then again after 50 and 150 warm-up draws at the chain's own last 25
         draws (the kernel is fixed after warm-up); the choice is in ``self.subsample_size``. None (default):
-        perturbed, the larger of min(N, 1000) and the "auto" choice, i.e. 1000 rows unless
+        perturbed, the larger of min(N, 100) and the "auto" choice, i.e. 100 rows unless
         more are needed to keep σ̂² at its target (fewer would hardly save time: a leapfrog
-        step at m ≤ 1000 is dominated by fixed per-call costs, ``benchmarks/README.md``;
+        step at m ≤ 100 is dominated by fixed per-call costs, ``benchmarks/README.md``;
         more saves a chain whose σ̂² would be far above 1, as on a non-centred hierarchical model
         with the proxy in θ). With "auto" and the
         default, rows whose proxy error dominates σ̂² at those draws (the rows of small groups)
