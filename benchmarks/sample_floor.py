@@ -103,8 +103,9 @@ def main():
                 timed_sample(model, 10, lambda m=model: Unchanged(m.value_vars))
                 timed_sample(model, 10, pms.HMCECS)
                 floor, _ = timed_sample(model, args.draws, lambda m=model: Unchanged(m.value_vars))
-                runs = [("", timed_sample(model, args.draws, pms.HMCECS))]
-                runs += [(f" (m = {m})", timed_sample(model, args.draws,
+                # each HMCECS run on a model of its own: none reads what another's set-up kept
+                runs = [("", timed_sample(build(name, n), args.draws, pms.HMCECS))]
+                runs += [(f" (m = {m})", timed_sample(build(name, n), args.draws,
                                                       partial(pms.HMCECS, subsample_size=m)))
                          for m in args.sizes]
             for label, (seconds, idata) in runs:

@@ -77,12 +77,12 @@ MAX_EXACT_CANDIDATES = 20_000
 #: the default's m (signed): the mini-batch of each Poisson factor
 DEFAULT_SUBSAMPLE_SIZE = 1000
 # measured: a non-centred hierarchical model with the proxy in θ had σ̂² ≈ 40 at m = 1000 and an
-# ESS of 3, hence a floor the "auto" choice may raise. Measured at 10⁵ and 10⁶ rows (sample_floor.py
-# --sizes 1000, warm, AMD EPYC, 2026-12-02): a kept draw at m = 100 against m = 1000 costs 15-19
-# against 51-52 µs (linear), 30-31 against 79-84 (centred hierarchical), 15-23 against 35-41
-# (set_data_predictive), 13 against 25-38 (deterministic_potential), σ̂² ≪ 1 at both; fewer rows
-# save little more (a leapfrog step's fixed per-call costs), and σ̂² itself, estimated from the m
-# rows (eq. 4.3), gets noisy
+# ESS of 3, hence a floor the "auto" choice may raise. Measured at 10⁶ rows (sample_floor.py
+# --sizes 1000, warm, AMD EPYC, 2026-12-02; benchmarks/README.md): a kept draw at m = 100 against
+# m = 1000 costs 25 against 63 µs (linear), 50 against 185 (centred hierarchical), 18 against 43
+# (set_data_predictive), 20 against 48 (deterministic_potential), σ̂² ≪ 1 at both; fewer rows save
+# little more (a leapfrog step's fixed per-call costs), and σ̂² itself, estimated from the m rows
+# (eq. 4.3), gets noisy
 #: the default's floor of m (perturbed), which the "auto" choice raises where σ̂² needs more rows
 PERTURBED_FLOOR = 100
 # a leapfrog step costs the m rows' ℓ, its reverse pass and the proxy's directional derivatives
